@@ -1,0 +1,189 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// options are relayd's flags, after parsing and validation.
+type options struct {
+	listen          string
+	connect         string
+	connectTimeout  time.Duration
+	tokenFile       string
+	workspace       string
+	instructionFile string
+	termGrace       time.Duration
+	teardownTimeout time.Duration
+	writeTimeout    time.Duration
+	maxLineBytes    byteSize
+	maxStdoutBytes  byteSize
+	artifactsDir    string
+	scope           string
+	logFormat       string
+	logLevel        string
+	version         bool
+}
+
+// Defaults of protocol section 9.
+func defaultOptions() options {
+	return options{
+		listen:          ":7700",
+		connectTimeout:  30 * time.Second,
+		termGrace:       2 * time.Second,
+		teardownTimeout: 10 * time.Second,
+		writeTimeout:    10 * time.Second,
+		maxLineBytes:    1 << 20,
+		maxStdoutBytes:  1 << 20,
+		scope:           "auto",
+		logFormat:       "json",
+		logLevel:        "info",
+	}
+}
+
+// envPrefix names the environment twin of every flag: --term-grace is RELAYD_TERM_GRACE.
+const envPrefix = "RELAYD_"
+
+func envName(flag string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// parseFlags parses args, then fills every flag not given from its
+// environment twin, then validates. A flag wins over its twin.
+func parseFlags(args []string, getenv func(string) string) (options, *pflag.FlagSet, error) {
+	o := defaultOptions()
+	fs := pflag.NewFlagSet("relayd", pflag.ContinueOnError)
+	fs.SortFlags = false
+	fs.StringVar(&o.listen, "listen", o.listen, "address to listen on for controllers (listen mode)")
+	fs.StringVar(&o.connect, "connect", o.connect, "controller address to dial instead of listening (dial-out mode), HOST:PORT")
+	fs.DurationVar(&o.connectTimeout, "connect-timeout", o.connectTimeout, "how long dial-out keeps retrying")
+	fs.StringVar(&o.tokenFile, "token-file", o.tokenFile, "file holding the token (else the environment variable RELAYD_TOKEN)")
+	fs.StringVar(&o.workspace, "workspace", o.workspace, "default working directory of executions (default: relayd's working directory)")
+	fs.StringVar(&o.instructionFile, "instruction-file", o.instructionFile, "file whose text is sent as ready.instruction")
+	fs.DurationVar(&o.termGrace, "term-grace", o.termGrace, "time from SIGTERM to SIGKILL when settling a scope")
+	fs.DurationVar(&o.teardownTimeout, "teardown-timeout", o.teardownTimeout, "bound on a whole settlement, destroy included")
+	fs.DurationVar(&o.writeTimeout, "write-timeout", o.writeTimeout, "bound on one write to a peer; a peer that does not read counts as gone")
+	fs.Var(&o.maxLineBytes, "max-line-bytes", "longest accepted message line (e.g. 1MiB, 65536)")
+	fs.Var(&o.maxStdoutBytes, "max-stdout-bytes", "raw-mode stdout returned per execution")
+	fs.StringVar(&o.artifactsDir, "artifacts-dir", o.artifactsDir, "directory for each execution's complete stdout and stderr")
+	fs.StringVar(&o.scope, "scope", o.scope, "scope mechanism: auto or process-group")
+	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "log format: json or console")
+	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "log level: debug, info, warn or error")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage: relayd [flags]\n\nEvery flag has an environment twin: --term-grace is %s.\n\n%s",
+			envName("term-grace"), fs.FlagUsages())
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, fs, err
+	}
+	if fs.NArg() > 0 {
+		return o, fs, fmt.Errorf("unexpected argument %q: relayd takes only flags", fs.Arg(0))
+	}
+	var twinErr error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed || twinErr != nil {
+			return
+		}
+		name := envName(f.Name)
+		if v := getenv(name); v != "" {
+			if err := fs.Set(f.Name, v); err != nil {
+				twinErr = fmt.Errorf("environment variable %s: %v", name, err)
+			}
+		}
+	})
+	if twinErr != nil {
+		return o, fs, twinErr
+	}
+	return o, fs, o.validate()
+}
+
+func (o options) validate() error {
+	switch {
+	case o.connectTimeout <= 0:
+		return fmt.Errorf("--connect-timeout must be positive, got %s", o.connectTimeout)
+	case o.termGrace < 0:
+		return fmt.Errorf("--term-grace must not be negative, got %s", o.termGrace)
+	case o.teardownTimeout <= 0:
+		return fmt.Errorf("--teardown-timeout must be positive, got %s", o.teardownTimeout)
+	case o.termGrace >= o.teardownTimeout:
+		return fmt.Errorf("--term-grace (%s) must be shorter than --teardown-timeout (%s): SIGKILL must come before the deadline", o.termGrace, o.teardownTimeout)
+	case o.writeTimeout <= 0:
+		return fmt.Errorf("--write-timeout must be positive, got %s", o.writeTimeout)
+	case o.maxLineBytes < 1024:
+		return fmt.Errorf("--max-line-bytes must be at least 1KiB, got %d", o.maxLineBytes)
+	case o.maxStdoutBytes < 1:
+		return fmt.Errorf("--max-stdout-bytes must be at least 1, got %d", o.maxStdoutBytes)
+	}
+	switch o.scope {
+	case "auto", "process-group":
+	case "cgroup":
+		return fmt.Errorf("--scope cgroup: this relayd has no cgroup mechanism yet; use auto or process-group")
+	default:
+		return fmt.Errorf("--scope %q: want auto or process-group", o.scope)
+	}
+	switch o.logFormat {
+	case "json", "console":
+	default:
+		return fmt.Errorf("--log-format %q: want json or console", o.logFormat)
+	}
+	switch o.logLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
+	}
+	return nil
+}
+
+// byteSize is a flag value in bytes: a number with an optional unit
+// (B, KiB, MiB, GiB; K, M, G and KB, MB, GB are taken as the binary units too).
+type byteSize int64
+
+func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+func (b *byteSize) Type() string   { return "bytes" }
+
+func (b *byteSize) Set(s string) error {
+	n, err := parseByteSize(s)
+	if err != nil {
+		return err
+	}
+	*b = byteSize(n)
+	return nil
+}
+
+func parseByteSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := 0
+	for i < len(t) && t[i] >= '0' && t[i] <= '9' {
+		i++
+	}
+	if i == 0 {
+		return 0, fmt.Errorf("%q is not a size: want a number of bytes, e.g. 65536 or 1MiB", s)
+	}
+	n, err := strconv.ParseInt(t[:i], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a size: %v", s, err)
+	}
+	var mult int64
+	switch strings.ToLower(strings.TrimSpace(t[i:])) {
+	case "", "b":
+		mult = 1
+	case "k", "kb", "kib":
+		mult = 1 << 10
+	case "m", "mb", "mib":
+		mult = 1 << 20
+	case "g", "gb", "gib":
+		mult = 1 << 30
+	default:
+		return 0, fmt.Errorf("%q: unknown unit %q (want B, KiB, MiB or GiB)", s, t[i:])
+	}
+	if n > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	return n * mult, nil
+}

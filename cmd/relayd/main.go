@@ -1,0 +1,262 @@
+// Command relayd runs AI-agent subjects for a host-side controller inside
+// an evaluation container: it speaks the newline-delimited JSON protocol of
+// docs/protocol.md over TCP, runs each command in a tracked scope, and
+// settles that scope when the framework's time is up.
+//
+// This file holds flags, the logger and signals; main calls run and nothing
+// else exits.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/pflag"
+
+	"github.com/relayd/relayd/internal/env"
+	"github.com/relayd/relayd/internal/exec"
+	"github.com/relayd/relayd/internal/session"
+)
+
+// version is stamped by the build (make build).
+var version = "0.1.0-dev"
+
+// Exit statuses.
+const (
+	exitOK          = 0
+	exitUnconfirmed = 1 // a settlement lacked evidence, or dial-out ended without verify
+	exitUsage       = 2 // a bad flag or configuration: relayd did not start
+)
+
+// exitError carries an exit status to main.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+
+func main() {
+	err := run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	if err == nil {
+		return
+	}
+	code := exitUsage
+	var ee *exitError
+	if errors.As(err, &ee) {
+		code = ee.code
+		if ee.err == nil {
+			os.Exit(code)
+		}
+	}
+	fmt.Fprintln(os.Stderr, "relayd: "+err.Error())
+	os.Exit(code)
+}
+
+// maxInstructionBytes bounds --instruction-file.
+const maxInstructionBytes = 8 << 20
+
+func run(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	o, _, err := parseFlags(args, getenv)
+	if errors.Is(err, pflag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return &exitError{exitUsage, err}
+	}
+	if o.version {
+		fmt.Fprintf(stdout, "relayd %s (protocol 1)\n", version)
+		return nil
+	}
+	token, err := loadToken(o.tokenFile, getenv)
+	if err != nil {
+		return &exitError{exitUsage, err}
+	}
+	os.Unsetenv("RELAYD_TOKEN")
+	workspace, err := env.Workspace(o.workspace)
+	if err != nil {
+		return &exitError{exitUsage, fmt.Errorf("--workspace: %v", err)}
+	}
+	instruction := ""
+	if o.instructionFile != "" {
+		b, err := readBounded(o.instructionFile, maxInstructionBytes)
+		if err != nil {
+			return &exitError{exitUsage, fmt.Errorf("--instruction-file: %v", err)}
+		}
+		instruction = string(b)
+	}
+	if o.artifactsDir != "" {
+		if err := env.CheckDir(o.artifactsDir); err != nil {
+			return &exitError{exitUsage, fmt.Errorf("--artifacts-dir: %v", err)}
+		}
+	}
+	log := newLogger(o, stderr)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	host := env.Probe()
+	reaper := exec.NewReaper(ctx)
+	tracker := exec.NewTracker(ctx, reaper, 50*time.Millisecond)
+	if !host.ProcOK {
+		return &exitError{exitUsage, errors.New("/proc is not mounted: relayd cannot see the processes of a scope")}
+	}
+	mechanism := exec.ProcessGroup
+	log.Info().Str("scope", mechanism).Str("requested", o.scope).Bool("pid1", host.PID1).
+		Bool("subreaper", host.Subreaper).
+		Str("why", "a session per subject plus a walk of the process tree; orphans come to relayd as child subreaper").
+		Msg("scope mechanism chosen")
+	if !host.Subreaper {
+		log.Warn().Msg("relayd could not become a child subreaper: orphans of subjects may escape their scope")
+	}
+
+	srv := session.New(session.Config{
+		Token:           token,
+		Workspace:       workspace,
+		Instruction:     instruction,
+		Version:         version,
+		TermGrace:       o.termGrace,
+		TeardownTimeout: o.teardownTimeout,
+		WriteTimeout:    o.writeTimeout,
+		MaxLineBytes:    int(o.maxLineBytes),
+		MaxStdoutBytes:  int(o.maxStdoutBytes),
+		ArtifactsDir:    o.artifactsDir,
+		BaseEnv:         env.Base(os.Environ()),
+		Reaper:          reaper,
+		NewScope:        func() (exec.Scope, error) { return tracker.NewScope(), nil },
+		Mechanism:       mechanism,
+		Log:             log,
+	})
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	stopped := make(chan struct{})
+	go func() {
+		select {
+		case sig := <-sigs:
+			log.Info().Str("signal", sig.String()).Msg("shutting down: settling running executions")
+			srv.Shutdown()
+			close(stopped)
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case sig := <-sigs:
+			log.Warn().Str("signal", sig.String()).Msg("second signal: destroying at once")
+			srv.Destroy()
+		case <-ctx.Done():
+		}
+	}()
+
+	if o.connect != "" {
+		return dialOut(ctx, o, srv, log, stopped)
+	}
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return &exitError{exitUsage, fmt.Errorf("--listen %s: %v", o.listen, err)}
+	}
+	log.Info().Str("addr", ln.Addr().String()).Str("version", version).Str("workspace", workspace).Msg("listening")
+	if err := srv.Serve(ln); err != nil {
+		log.Error().Err(err).Msg("accept failed")
+		return &exitError{exitUnconfirmed, err}
+	}
+	if !srv.Confirmed() {
+		log.Error().Msg("exiting: some settlement could not be confirmed")
+		return &exitError{code: exitUnconfirmed}
+	}
+	log.Info().Msg("exiting: every settlement confirmed")
+	return nil
+}
+
+// dialOut calls the controller, retrying with backoff, serves that one
+// session, and reports how it ended.
+func dialOut(ctx context.Context, o options, srv *session.Server, log zerolog.Logger, stopped <-chan struct{}) error {
+	deadline := time.Now().Add(o.connectTimeout)
+	backoff := 50 * time.Millisecond
+	var conn net.Conn
+	for {
+		d := net.Dialer{Timeout: time.Until(deadline)}
+		c, err := d.DialContext(ctx, "tcp", o.connect)
+		if err == nil {
+			conn = c
+			break
+		}
+		if time.Now().Add(backoff).After(deadline) {
+			return &exitError{exitUnconfirmed, fmt.Errorf("--connect %s: no controller answered within %s: %v", o.connect, o.connectTimeout, err)}
+		}
+		log.Debug().Err(err).Dur("retryIn", backoff).Msg("controller not reachable yet")
+		select {
+		case <-time.After(backoff):
+		case <-stopped:
+			return &exitError{exitUnconfirmed, errors.New("shut down before reaching the controller")}
+		}
+		backoff = min(backoff*2, 2*time.Second)
+	}
+	log.Info().Str("addr", o.connect).Str("version", version).Msg("connected to controller")
+	verified := srv.ServeOne(conn)
+	switch {
+	case !srv.Confirmed():
+		log.Error().Msg("exiting: some settlement could not be confirmed")
+		return &exitError{code: exitUnconfirmed}
+	case !verified:
+		log.Warn().Msg("exiting: the session ended before verify")
+		return &exitError{code: exitUnconfirmed}
+	}
+	log.Info().Msg("exiting: session verified")
+	return nil
+}
+
+// loadToken reads the token from file, else from RELAYD_TOKEN. Surrounding
+// white space (a trailing newline) is not part of it.
+func loadToken(file string, getenv func(string) string) ([]byte, error) {
+	if file != "" {
+		b, err := readBounded(file, 64<<10)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %v", err)
+		}
+		t := bytes.TrimSpace(b)
+		if len(t) == 0 {
+			return nil, fmt.Errorf("--token-file %s is empty: relayd refuses to run without a token", file)
+		}
+		return t, nil
+	}
+	t := bytes.TrimSpace([]byte(getenv("RELAYD_TOKEN")))
+	if len(t) == 0 {
+		return nil, errors.New("no token: give --token-file FILE or set RELAYD_TOKEN; relayd refuses to run without one")
+	}
+	return t, nil
+}
+
+// readBounded reads a whole file of at most limit bytes.
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
+	}
+	return b, nil
+}
+
+func newLogger(o options, w io.Writer) zerolog.Logger {
+	level, _ := zerolog.ParseLevel(o.logLevel)
+	if o.logFormat == "console" {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+}

@@ -1,0 +1,124 @@
+package exec
+
+import (
+	"errors"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// drain reads one output pipe of a subject until EOF, which may come long
+// after the subject exits (a service holds the pipe). Until cut it feeds the
+// capture; it always feeds the copy. It never blocks the writer: memory is
+// bounded by the capture's own limit and one read buffer.
+type drain struct {
+	f       *os.File
+	capture io.Writer      // nil once cut
+	copy    io.WriteCloser // complete copy (artifacts), may be nil
+	copyErr error
+	cutReq  chan struct{} // closed by cut
+	cutOnce sync.Once
+	cutDone chan struct{} // closed when the capture is final
+	eof     chan struct{} // closed when the pipe is at EOF and closed
+}
+
+func newDrain(f *os.File, capture io.Writer, copy io.WriteCloser) *drain {
+	d := &drain{
+		f: f, capture: capture, copy: copy,
+		cutReq: make(chan struct{}), cutDone: make(chan struct{}), eof: make(chan struct{}),
+	}
+	go d.run()
+	return d
+}
+
+const drainBuf = 64 << 10
+
+func (d *drain) run() {
+	defer close(d.eof)
+	defer d.f.Close()
+	buf := make([]byte, drainBuf)
+	for {
+		n, err := d.f.Read(buf)
+		if n > 0 {
+			d.deliver(buf[:n])
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			d.finishCut(buf)
+			_ = d.f.SetReadDeadline(time.Time{})
+		default: // EOF, or the pipe failed: nothing more will come
+			d.endCapture()
+			if d.copy != nil {
+				d.copy.Close()
+			}
+			return
+		}
+	}
+}
+
+func (d *drain) deliver(p []byte) {
+	if d.capture != nil {
+		d.capture.Write(p) // captures never fail
+	}
+	if d.copy != nil && d.copyErr == nil {
+		if _, err := d.copy.Write(p); err != nil {
+			d.copyErr = err // keep draining; the copy is incomplete
+		}
+	}
+}
+
+// finishCut takes what was already waiting in the pipe into the capture,
+// without waiting for more, and ends the capture.
+func (d *drain) finishCut(buf []byte) {
+	select {
+	case <-d.cutReq:
+	default:
+		return
+	}
+	if d.capture == nil {
+		return
+	}
+	rc, err := d.f.SyscallConn()
+	if err == nil {
+		_ = rc.Control(func(fd uintptr) {
+			pending, err := unix.IoctlGetInt(int(fd), unix.TIOCINQ)
+			if err != nil {
+				return
+			}
+			for pending > 0 {
+				n, err := unix.Read(int(fd), buf[:min(pending, len(buf))])
+				if n <= 0 || err != nil {
+					return
+				}
+				d.deliver(buf[:n])
+				pending -= n
+			}
+		})
+	}
+	d.endCapture()
+}
+
+func (d *drain) endCapture() {
+	if d.capture != nil {
+		d.capture = nil
+		close(d.cutDone)
+	}
+}
+
+// cut ends the capture: what the pipe delivered so far plus what is waiting
+// in it now. It returns once the capture is final, or after limit.
+func (d *drain) cut(limit time.Duration) {
+	d.cutOnce.Do(func() {
+		close(d.cutReq)
+		_ = d.f.SetReadDeadline(time.Unix(1, 0))
+	})
+	select {
+	case <-d.cutDone:
+	case <-d.eof:
+	case <-time.After(limit):
+	}
+}

@@ -1,0 +1,272 @@
+package exec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ProcessGroup is the name of the process-group mechanism.
+const ProcessGroup = "process-group"
+
+// Tracker follows process-group scopes through the process tree. Each
+// subject starts in a session of its own; a scope's members are the
+// processes of that session, the processes seen in the scope before
+// (identified by pid and start time, so a reused pid is not a member), every
+// descendant of a member, and orphans adopted by relayd (a child subreaper or
+// PID 1) that were born while the scope was live. It rescans on a short
+// interval so that a double fork is usually seen while its parent is alive.
+type Tracker struct {
+	mu         sync.Mutex
+	procRoot   string // "/proc"; tests point it elsewhere to fault the evidence
+	self       int
+	reaper     *Reaper
+	scopes     map[*pgScope]struct{}
+	attributed map[Member]bool // adopted orphans already given to scopes
+}
+
+// NewTracker starts a tracker that rescans every interval while scopes are
+// live, until ctx ends.
+func NewTracker(ctx context.Context, reaper *Reaper, interval time.Duration) *Tracker {
+	t := &Tracker{
+		procRoot:   "/proc",
+		self:       unix.Getpid(),
+		reaper:     reaper,
+		scopes:     make(map[*pgScope]struct{}),
+		attributed: make(map[Member]bool),
+	}
+	go t.run(ctx, interval)
+	return t
+}
+
+func (t *Tracker) run(ctx context.Context, interval time.Duration) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		t.mu.Lock()
+		if len(t.scopes) > 0 {
+			_ = t.refreshLocked() // a failed look changes nothing; Members reports it
+		}
+		t.mu.Unlock()
+	}
+}
+
+// NewScope returns an empty process-group scope; the subject joins it when it starts.
+func (t *Tracker) NewScope() Scope {
+	return &pgScope{t: t, known: make(map[int]uint64)}
+}
+
+type pgScope struct {
+	t     *Tracker
+	sid   int            // the subject's pid, which is its session id
+	start uint64         // a lower bound of the subject's start time, in ticks
+	known map[int]uint64 // members at the last look: pid -> start
+	live  bool           // registered with the tracker
+}
+
+func (s *pgScope) Mechanism() string { return ProcessGroup }
+
+func (s *pgScope) prepare(attr *syscall.SysProcAttr) error {
+	attr.Setsid = true
+	s.start = nowTicks()
+	return nil
+}
+
+func (s *pgScope) started(pid int) {
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	s.sid = pid
+	s.known[pid] = 0 // start time filled in by the next look
+	if e, err := readStat(s.t.procRoot, pid, make([]byte, 1024)); err == nil {
+		s.known[pid] = e.start
+	}
+	s.live = true
+	s.t.scopes[s] = struct{}{}
+}
+
+func (s *pgScope) Close() {
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	delete(s.t.scopes, s)
+	s.live = false
+}
+
+func (s *pgScope) Members() ([]Member, error) {
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	if err := s.t.refreshLocked(); err != nil {
+		return nil, err
+	}
+	if !s.live {
+		if err := s.t.lookLocked(s); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]Member, 0, len(s.known))
+	for pid, start := range s.known {
+		out = append(out, Member{PID: pid, Start: start})
+	}
+	return out, nil
+}
+
+func (s *pgScope) Signal(sig syscall.Signal) error {
+	members, err := s.Members()
+	if err != nil {
+		return err
+	}
+	var first error
+	for _, m := range members {
+		if err := signalMember(s.t.procRoot, m, sig); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// refreshLocked looks at the process table once and updates every live scope.
+func (t *Tracker) refreshLocked() error {
+	table, err := procTable(t.procRoot)
+	if err != nil {
+		return err
+	}
+	children := make(map[int][]int, len(table))
+	for pid, e := range table {
+		children[e.ppid] = append(children[e.ppid], pid)
+	}
+	for s := range t.scopes {
+		s.update(table, children)
+	}
+	t.attributeOrphans(table)
+	return nil
+}
+
+// lookLocked updates one scope that is no longer registered (closed), for a
+// last look at what is left of it.
+func (t *Tracker) lookLocked(s *pgScope) error {
+	table, err := procTable(t.procRoot)
+	if err != nil {
+		return err
+	}
+	children := make(map[int][]int, len(table))
+	for pid, e := range table {
+		children[e.ppid] = append(children[e.ppid], pid)
+	}
+	s.update(table, children)
+	return nil
+}
+
+// attributeOrphans gives each newly adopted orphan that no scope already
+// holds to every live scope it could have come from: those started before it.
+func (t *Tracker) attributeOrphans(table map[int]procEntry) {
+	for m := range t.attributed {
+		if e, ok := table[m.PID]; !ok || e.start != m.Start {
+			delete(t.attributed, m)
+		}
+	}
+	for pid, e := range table {
+		if e.ppid != t.self || e.dead() {
+			continue
+		}
+		m := Member{PID: pid, Start: e.start}
+		if t.attributed[m] || (t.reaper != nil && t.reaper.IsChild(pid)) {
+			continue
+		}
+		t.attributed[m] = true
+		held := false
+		for s := range t.scopes {
+			if start, ok := s.known[pid]; ok && start == e.start {
+				held = true
+			}
+		}
+		if held {
+			continue
+		}
+		for s := range t.scopes {
+			if s.start <= e.start {
+				s.known[pid] = e.start
+			}
+		}
+	}
+}
+
+// update recomputes the scope's members from one process table.
+func (s *pgScope) update(table map[int]procEntry, children map[int][]int) {
+	members := make(map[int]uint64, len(s.known))
+	var queue []int
+	add := func(e procEntry) {
+		if e.dead() {
+			return
+		}
+		if _, ok := members[e.pid]; ok {
+			return
+		}
+		members[e.pid] = e.start
+		queue = append(queue, e.pid)
+	}
+	for pid, start := range s.known {
+		if e, ok := table[pid]; ok && (start == 0 || e.start == start) {
+			add(e)
+		}
+	}
+	if s.sid > 0 {
+		for _, e := range table {
+			if e.sid == s.sid && e.start >= s.start {
+				add(e)
+			}
+		}
+	}
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		for _, c := range children[pid] {
+			if e := table[c]; e.start >= members[pid] {
+				add(e)
+			}
+		}
+	}
+	s.known = members
+}
+
+// signalMember signals one process only if it is still the one that was
+// seen: the pidfd pins the process, and its start time proves that the pid
+// was not reused in between.
+func signalMember(procRoot string, m Member, sig syscall.Signal) error {
+	fd, err := unix.PidfdOpen(m.PID, 0)
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return nil
+		}
+		return fmt.Errorf("exec.signalMember %d: pidfd_open: %w", m.PID, err)
+	}
+	defer unix.Close(fd)
+	e, err := readStat(procRoot, m.PID, make([]byte, 1024))
+	if err != nil || e.start != m.Start {
+		return nil // ended, or the pid now names another process
+	}
+	if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("exec.signalMember %d: %w", m.PID, err)
+	}
+	return nil
+}
+
+// nowTicks is the current time in the unit of /proc/PID/stat's start time:
+// clock ticks (USER_HZ, 100 on Linux) since boot.
+func nowTicks() uint64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return 0
+	}
+	return uint64(ts.Nano() / int64(time.Second/userHZ))
+}
+
+const userHZ = 100

@@ -1,0 +1,122 @@
+package exec
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Status is how a child ended.
+type Status struct {
+	Exited bool           // ended by exit(2); Code is its status
+	Code   int            // exit status when Exited
+	Signal syscall.Signal // the signal that killed it when !Exited
+	At     time.Time      // when the reaper collected it
+}
+
+// ExitCode is the shell's convention: the status, or 128+signal.
+func (s Status) ExitCode() int {
+	if s.Exited {
+		return s.Code
+	}
+	return 128 + int(s.Signal)
+}
+
+// Reaper owns every wait of the process. It reaps all children, subjects and
+// adopted orphans, on SIGCHLD, and hands each registered child's status to
+// its waiter. Nothing else in the process may call wait.
+type Reaper struct {
+	mu      sync.Mutex
+	waiters map[int]chan Status
+	orphans uint64 // orphans reaped, for logs and tests
+	sigs    chan os.Signal
+}
+
+// NewReaper starts reaping; it stops when ctx ends.
+func NewReaper(ctx context.Context) *Reaper {
+	r := &Reaper{waiters: make(map[int]chan Status), sigs: make(chan os.Signal, 1)}
+	signal.Notify(r.sigs, syscall.SIGCHLD)
+	go r.run(ctx)
+	return r
+}
+
+func (r *Reaper) run(ctx context.Context) {
+	defer signal.Stop(r.sigs)
+	// A slow tick backs up SIGCHLD: a status is never left waiting long even
+	// if a notification were lost.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.sigs:
+		case <-tick.C:
+		}
+		r.Sweep()
+	}
+}
+
+// Sweep reaps every child that has ended, now. The session calls it before
+// deciding whether a subject had exited (rule 6.3).
+func (r *Reaper) Sweep() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if pid <= 0 || err != nil {
+			return
+		}
+		if !ws.Exited() && !ws.Signaled() {
+			continue // stopped or continued: not an end
+		}
+		st := Status{Exited: ws.Exited(), Code: ws.ExitStatus(), Signal: ws.Signal(), At: time.Now()}
+		if ch, ok := r.waiters[pid]; ok {
+			delete(r.waiters, pid)
+			ch <- st // buffered: never blocks
+			close(ch)
+		} else {
+			r.orphans++
+		}
+	}
+}
+
+// Orphans returns how many children that relayd did not start it has reaped.
+func (r *Reaper) Orphans() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.orphans
+}
+
+// IsChild reports whether pid is a child that relayd started and has not reaped yet.
+func (r *Reaper) IsChild(pid int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.waiters[pid]
+	return ok
+}
+
+// ForkExec starts a child and registers it before the reaper can see it end,
+// so its status always reaches the returned channel, which receives exactly
+// one Status and is then closed.
+func (r *Reaper) ForkExec(argv0 string, argv []string, attr *syscall.ProcAttr) (int, <-chan Status, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pid, err := syscall.ForkExec(argv0, argv, attr)
+	if err != nil {
+		return 0, nil, fmt.Errorf("exec.ForkExec %s: %w", argv0, err)
+	}
+	ch := make(chan Status, 1)
+	r.waiters[pid] = ch
+	return pid, ch, nil
+}

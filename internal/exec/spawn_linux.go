@@ -1,0 +1,129 @@
+package exec
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Spec is one subject to start. The program is not looked up: Path is what
+// execve gets (internal/env resolves it), and no shell is involved.
+type Spec struct {
+	Path       string
+	Argv       []string // argv[0] included
+	Env        []string
+	Dir        string
+	Stdout     io.Writer      // captures stdout until the subject exits; nil drops it
+	StdoutCopy io.WriteCloser // complete copy of stdout, closed at EOF; may be nil
+	StderrCopy io.WriteCloser // complete copy of stderr, closed at EOF; may be nil
+}
+
+// Subject is a started subject.
+type Subject struct {
+	PID     int
+	Scope   Scope
+	Started time.Time
+	exited  <-chan Status
+	stdout  *drain
+	stderr  *drain
+}
+
+// Exited receives the subject's status once, when the reaper collects it.
+func (s *Subject) Exited() <-chan Status { return s.exited }
+
+// CutStdout ends the stdout capture: every byte delivered so far plus what
+// is already waiting in the pipe. Call it once the subject has exited (or
+// been stopped); it waits at most limit. Output that survivors write later is
+// still drained (and copied), never captured.
+func (s *Subject) CutStdout(limit time.Duration) { s.stdout.cut(limit) }
+
+// OutputClosed is closed once both output pipes reached EOF: no process
+// holds them any more.
+func (s *Subject) OutputClosed() <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		<-s.stdout.eof
+		<-s.stderr.eof
+		close(ch)
+	}()
+	return ch
+}
+
+// SpawnError is a failure to start the subject; nothing ran.
+type SpawnError struct {
+	Err   error // ErrScopeUnavailable, or the errno of fork/exec
+	Stage string
+}
+
+func (e *SpawnError) Error() string { return fmt.Sprintf("exec: %s: %v", e.Stage, e.Err) }
+func (e *SpawnError) Unwrap() error { return e.Err }
+
+// Start starts spec in scope: in a new session, with stdin /dev/null and
+// stdout and stderr on pipes that are drained at once.
+func Start(r *Reaper, scope Scope, spec Spec) (*Subject, error) {
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, &SpawnError{Err: err, Stage: "open /dev/null"}
+	}
+	defer devnull.Close()
+	outR, outW, err := pipe()
+	if err != nil {
+		return nil, &SpawnError{Err: err, Stage: "stdout pipe"}
+	}
+	errR, errW, err := pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, &SpawnError{Err: err, Stage: "stderr pipe"}
+	}
+	sys := &syscall.SysProcAttr{}
+	if err := scope.prepare(sys); err != nil {
+		for _, f := range []*os.File{outR, outW, errR, errW} {
+			f.Close()
+		}
+		return nil, &SpawnError{Err: fmt.Errorf("%w: %v", ErrScopeUnavailable, err), Stage: "scope"}
+	}
+	attr := &syscall.ProcAttr{
+		Dir:   spec.Dir,
+		Env:   spec.Env,
+		Files: []uintptr{devnull.Fd(), outW.Fd(), errW.Fd()},
+		Sys:   sys,
+	}
+	pid, exited, err := r.ForkExec(spec.Path, spec.Argv, attr)
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return nil, &SpawnError{Err: errors.Unwrap(err), Stage: "exec"}
+	}
+	scope.started(pid)
+	return &Subject{
+		PID:     pid,
+		Scope:   scope,
+		Started: time.Now(),
+		exited:  exited,
+		stdout:  newDrain(outR, spec.Stdout, spec.StdoutCopy),
+		stderr:  newDrain(errR, nil, spec.StderrCopy),
+	}, nil
+}
+
+// pipe makes a pipe whose read end is non-blocking, so that Go's poller
+// serves it and a read deadline can interrupt it.
+func pipe() (r, w *os.File, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, nil, err
+	}
+	if err := unix.SetNonblock(p[0], true); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return nil, nil, err
+	}
+	return os.NewFile(uintptr(p[0]), "subject-output"), os.NewFile(uintptr(p[1]), "subject-input"), nil
+}

@@ -1,0 +1,195 @@
+package protocol
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"hash"
+	"sync"
+	"unicode/utf8"
+)
+
+// This file holds the result-carrier rules of protocol section 5, all of them.
+
+// Carrier accumulates a subject's stdout in carrier mode: it counts and
+// hashes every byte written, keeps at most CarrierLimit+1 bytes in memory,
+// and never returns an error from Write, so the subject never blocks on a
+// full pipe or dies of SIGPIPE because the carrier is too long.
+//
+// A Carrier is safe for concurrent use: Result may be called while a drain
+// goroutine still writes (for example while survivors hold the pipe open),
+// and then reports the bytes written so far.
+type Carrier struct {
+	mu  sync.Mutex
+	buf []byte    // the first CarrierLimit+1 bytes
+	n   int64     // every byte written
+	sum hash.Hash // SHA-256 of every byte written
+}
+
+// NewCarrier returns an empty Carrier.
+func NewCarrier() *Carrier {
+	return &Carrier{sum: sha256.New()}
+}
+
+// Write counts and hashes p and keeps what fits under the limit. It always
+// returns len(p), nil.
+func (c *Carrier) Write(p []byte) (int, error) {
+	n := len(p)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n += int64(n)
+	c.sum.Write(p)
+	c.buf = appendCapped(c.buf, p, CarrierLimit+1)
+	return n, nil
+}
+
+// Result applies the carrier rules of section 5 to everything written so
+// far, in order: oversize (more than CarrierLimit bytes in all), missing,
+// ambiguous, invalid, unstructured-output, none. It returns the stdout of the
+// reply (the payload, or "") and the diagnostic.
+func (c *Carrier) Result(resultToken string) (string, Diagnostic) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n > CarrierLimit {
+		return "", Diagnostic{
+			Category: DiagOversize,
+			Bytes:    c.n,
+			SHA256:   hex.EncodeToString(c.sum.Sum(nil)),
+			Counted:  true,
+		}
+	}
+	return ParseCarrier(c.buf, resultToken)
+}
+
+// ParseCarrier applies the carrier rules of section 5 to a complete carrier:
+//
+//	carrier longer than CarrierLimit                 "", result-frame-oversize, counts of the carrier
+//	no line starts with "<FramePrefix> <token> "     "", result-frame-missing, counts of the carrier
+//	more than one such line                          "", result-frame-ambiguous, counts of the carrier
+//	the one line is malformed                        "", result-frame-invalid, counts of the carrier
+//	a valid frame, and other output too              payload, unstructured-output, counts of the carrier without the frame line
+//	a valid frame and nothing else                   payload, none
+//
+// Lines end at "\n", and a last line without "\n" is still a line. The
+// frame line is taken with its "\n"; a "\r" right before the "\n" (or at
+// the very end of the carrier) is dropped before its fields are read. A frame
+// line has exactly five fields separated by single spaces: the prefix, the
+// token, the decoded length (decimal digits, at most MaxPayload), the
+// lower-case hex SHA-256 of the decoded bytes, and the payload in URL-safe
+// base64, padded or not ('+' and '/' are not accepted). The decoded bytes
+// must be valid UTF-8; they are the returned stdout.
+func ParseCarrier(carrier []byte, resultToken string) (string, Diagnostic) {
+	if len(carrier) > CarrierLimit {
+		return "", countedDiagnostic(DiagOversize, carrier)
+	}
+	prefix := []byte(FramePrefix + " " + resultToken + " ")
+	start, end, frames := 0, 0, 0 // the frame line is carrier[start:end], its "\n" included
+	for pos := 0; pos < len(carrier); {
+		next := len(carrier)
+		if i := bytes.IndexByte(carrier[pos:], '\n'); i >= 0 {
+			next = pos + i + 1
+		}
+		if bytes.HasPrefix(carrier[pos:next], prefix) {
+			frames++
+			if frames > 1 {
+				return "", countedDiagnostic(DiagAmbiguous, carrier)
+			}
+			start, end = pos, next
+		}
+		pos = next
+	}
+	if frames == 0 {
+		return "", countedDiagnostic(DiagMissing, carrier)
+	}
+	payload, ok := parseFrame(carrier[start:end])
+	if !ok {
+		return "", countedDiagnostic(DiagInvalid, carrier)
+	}
+	if end-start == len(carrier) {
+		return string(payload), NoneDiagnostic()
+	}
+	h := sha256.New()
+	h.Write(carrier[:start])
+	h.Write(carrier[end:])
+	return string(payload), Diagnostic{
+		Category: DiagUnstructured,
+		Bytes:    int64(len(carrier) - (end - start)),
+		SHA256:   hex.EncodeToString(h.Sum(nil)),
+		Counted:  true,
+	}
+}
+
+// parseFrame checks a frame line (which starts with the prefix and the
+// token) and returns its decoded payload.
+func parseFrame(line []byte) ([]byte, bool) {
+	line = bytes.TrimSuffix(line, []byte("\n"))
+	line = bytes.TrimSuffix(line, []byte("\r"))
+	fields := bytes.Split(line, []byte(" "))
+	if len(fields) != 5 {
+		return nil, false
+	}
+	length, ok := parseLength(fields[2])
+	if !ok {
+		return nil, false
+	}
+	digest := fields[3]
+	if len(digest) != 2*sha256.Size || !isLowerHex(string(digest)) {
+		return nil, false
+	}
+	payload, ok := decodeBase64URL(fields[4])
+	if !ok || len(payload) != length {
+		return nil, false
+	}
+	sum := sha256.Sum256(payload)
+	if hex.EncodeToString(sum[:]) != string(digest) {
+		return nil, false
+	}
+	if !utf8.Valid(payload) {
+		return nil, false
+	}
+	return payload, true
+}
+
+// parseLength reads a frame's length field: decimal digits, at most
+// MaxPayload (leading zeros allowed).
+func parseLength(b []byte) (int, bool) {
+	if len(b) == 0 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range b {
+		if !isDigit(c) {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+		if n > MaxPayload {
+			return 0, false
+		}
+	}
+	return n, true
+}
+
+// decodeBase64URL decodes URL-safe base64, with or without padding. Unlike
+// encoding/base64 alone it rejects "\r" and "\n" inside the text, and padding
+// that does not complete the last group of four.
+func decodeBase64URL(b []byte) ([]byte, bool) {
+	text := bytes.TrimRight(b, "=")
+	if pad := len(b) - len(text); pad > 0 && (pad > 2 || len(b)%4 != 0) {
+		return nil, false
+	}
+	if len(text) > base64.RawURLEncoding.EncodedLen(MaxPayload) {
+		return nil, false
+	}
+	for _, c := range text {
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return nil, false
+		}
+	}
+	out := make([]byte, base64.RawURLEncoding.DecodedLen(len(text)))
+	n, err := base64.RawURLEncoding.Decode(out, text)
+	if err != nil {
+		return nil, false
+	}
+	return out[:n], true
+}

@@ -1,0 +1,321 @@
+package protocol
+
+import (
+	"encoding/json"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// resultTokenVar is the variable through which a subject receives its
+// resultToken. A request may not set it itself.
+const resultTokenVar = "MAKA_EVAL_RESULT_TOKEN"
+
+// maxTimeoutMs is the largest accepted timeoutMs: the longest time.Duration,
+// in whole milliseconds.
+const maxTimeoutMs = 9223372036854
+
+// Execute is a validated execute request (protocol section 4.2).
+type Execute struct {
+	Command       string
+	Args          []string          // never nil
+	Environment   map[string]string // never nil
+	Credentials   map[string]string // never nil; values are secrets
+	ResultToken   string            // "" when absent
+	CaptureStdout bool              // true when absent
+	Cwd           string            // "" when absent
+	TimeoutMs     int64             // 0 when absent
+}
+
+// Execute validates m as an execute request; it does not look at m.Kind.
+// Every failure is an *Error of category CatBadRequest whose message starts
+// with "execute: " and names the field, for example
+//
+//	execute: "command" must be a non-empty string
+//	execute: "args"[2] holds a NUL byte
+//	execute: "environment" and "credentials" both set OPENAI_API_KEY
+//
+// The rules, checked field by field in the order of section 4.2's table
+// (command, args, environment, credentials, resultToken, captureStdout, cwd,
+// timeoutMs), the first failure being reported: command is a non-empty
+// string; args is an array of strings; environment and credentials are
+// objects of strings whose names match [A-Za-z_][A-Za-z0-9_]*, taken in
+// sorted order, that share no name and do not set MAKA_EVAL_RESULT_TOKEN;
+// resultToken is exactly 32 lower-case hex digits; captureStdout is a
+// boolean; cwd is a string; timeoutMs is a JSON number that is an exact
+// integer from 1 to 9223372036854 (1000, 1e3 and 1000.0 are all 1000); no
+// string holds a NUL byte. A null optional field counts as absent; unknown
+// fields are ignored. Messages name fields and variables but never quote a
+// value.
+func (m *Message) Execute() (*Execute, *Error) {
+	x := &Execute{
+		Args:          []string{},
+		Environment:   map[string]string{},
+		Credentials:   map[string]string{},
+		CaptureStdout: true,
+	}
+	var ok bool
+
+	// command
+	x.Command, ok = m.stringField("command")
+	if !ok || x.Command == "" {
+		return nil, badExecute(`"command" must be a non-empty string`)
+	}
+	if strings.IndexByte(x.Command, 0) >= 0 {
+		return nil, badExecute(`"command" holds a NUL byte`)
+	}
+
+	// args
+	if raw, present := m.optional("args"); present {
+		var items []json.RawMessage
+		if jsonKind(raw) != kindArray || json.Unmarshal(raw, &items) != nil {
+			return nil, badExecute(`"args" must be an array of strings`)
+		}
+		for i, item := range items {
+			s, ok := decodeString(item)
+			if !ok {
+				return nil, badExecute(`"args"[%d] must be a string`, i)
+			}
+			if strings.IndexByte(s, 0) >= 0 {
+				return nil, badExecute(`"args"[%d] holds a NUL byte`, i)
+			}
+			x.Args = append(x.Args, s)
+		}
+	}
+
+	// environment and credentials
+	var e *Error
+	if x.Environment, e = m.variables("environment", nil); e != nil {
+		return nil, e
+	}
+	if x.Credentials, e = m.variables("credentials", x.Environment); e != nil {
+		return nil, e
+	}
+
+	// resultToken
+	if raw, present := m.optional("resultToken"); present {
+		s, ok := decodeString(raw)
+		if !ok || !isResultToken(s) {
+			return nil, badExecute(`"resultToken" must be exactly 32 lower-case hex digits`)
+		}
+		x.ResultToken = s
+	}
+
+	// captureStdout
+	if raw, present := m.optional("captureStdout"); present {
+		if jsonKind(raw) != kindBool || json.Unmarshal(raw, &x.CaptureStdout) != nil {
+			return nil, badExecute(`"captureStdout" must be true or false`)
+		}
+	}
+
+	// cwd
+	if raw, present := m.optional("cwd"); present {
+		if x.Cwd, ok = decodeString(raw); !ok {
+			return nil, badExecute(`"cwd" must be a string`)
+		}
+		if strings.IndexByte(x.Cwd, 0) >= 0 {
+			return nil, badExecute(`"cwd" holds a NUL byte`)
+		}
+	}
+
+	// timeoutMs
+	if raw, present := m.optional("timeoutMs"); present {
+		if jsonKind(raw) != kindNumber {
+			return nil, badExecute(`"timeoutMs" must be an integer of at least 1`)
+		}
+		switch v, verdict := parseTimeoutMs(strings.TrimSpace(string(raw))); verdict {
+		case timeoutOK:
+			x.TimeoutMs = v
+		case timeoutTooBig:
+			return nil, badExecute(`"timeoutMs" must be at most %d (the longest duration relayd can wait)`, int64(maxTimeoutMs))
+		default:
+			return nil, badExecute(`"timeoutMs" must be an integer of at least 1`)
+		}
+	}
+	return x, nil
+}
+
+func badExecute(format string, args ...any) *Error {
+	return newError(CatBadRequest, "execute: "+format, args...)
+}
+
+// optional returns the raw value of the field name and whether it is present
+// and not null.
+func (m *Message) optional(name string) (json.RawMessage, bool) {
+	raw, ok := m.fields[name]
+	if !ok || jsonKind(raw) == kindNull {
+		return nil, false
+	}
+	return raw, true
+}
+
+// variables validates the object of variables in the field name
+// ("environment" or "credentials"). other, when not nil, holds the variables
+// of "environment", which the field may not share a name with.
+func (m *Message) variables(name string, other map[string]string) (map[string]string, *Error) {
+	vars := map[string]string{}
+	raw, present := m.optional(name)
+	if !present {
+		return vars, nil
+	}
+	var fields map[string]json.RawMessage
+	if jsonKind(raw) != kindObject || json.Unmarshal(raw, &fields) != nil {
+		return nil, badExecute(`%q must be an object of strings`, name)
+	}
+	names := make([]string, 0, len(fields))
+	for n := range fields {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		if !isVariableName(n) {
+			return nil, badExecute(`%q name %s is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)`, name, quoteName(n))
+		}
+		v, ok := decodeString(fields[n])
+		if !ok {
+			return nil, badExecute(`%q value of %s must be a string`, name, n)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return nil, badExecute(`%q value of %s holds a NUL byte`, name, n)
+		}
+		if n == resultTokenVar {
+			return nil, badExecute(`%q must not set %s: relayd sets it from "resultToken"`, name, resultTokenVar)
+		}
+		if _, shared := other[n]; shared {
+			return nil, badExecute(`"environment" and %q both set %s`, name, n)
+		}
+		vars[n] = v
+	}
+	return vars, nil
+}
+
+// isVariableName reports whether s matches [A-Za-z_][A-Za-z0-9_]*.
+func isVariableName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '_', c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// quoteName quotes an invalid variable name for a message, shortened so that
+// a huge name cannot make a huge message.
+func quoteName(s string) string {
+	const keep = 64
+	if len(s) <= keep {
+		return strconv.Quote(s)
+	}
+	cut := keep
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "..."
+}
+
+// isResultToken reports whether s is exactly 32 lower-case hex digits.
+func isResultToken(s string) bool {
+	return len(s) == 32 && isLowerHex(s)
+}
+
+func isLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// Verdicts of parseTimeoutMs.
+const (
+	timeoutOK          = iota
+	timeoutNotPositive // not an integer, or less than 1
+	timeoutTooBig      // an integer above maxTimeoutMs
+)
+
+// parseTimeoutMs reads the JSON number literal lit exactly, without floating
+// point: 1000, 1e3, 10000e-1 and 1000.0 are all 1000, 1.5 is not an integer,
+// and 1e400 is too big (not infinity, not an error of another kind).
+func parseTimeoutMs(lit string) (int64, int) {
+	s := lit
+	neg := false
+	if strings.HasPrefix(s, "-") {
+		neg, s = true, s[1:]
+	}
+	i := 0
+	for i < len(s) && isDigit(s[i]) {
+		i++
+	}
+	intPart := s[:i]
+	s = s[i:]
+	frac := ""
+	if strings.HasPrefix(s, ".") {
+		s = s[1:]
+		j := 0
+		for j < len(s) && isDigit(s[j]) {
+			j++
+		}
+		if j == 0 {
+			return 0, timeoutNotPositive
+		}
+		frac, s = s[:j], s[j:]
+	}
+	var exp int64
+	if s != "" && (s[0] == 'e' || s[0] == 'E') {
+		s = s[1:]
+		expNeg := false
+		if s != "" && (s[0] == '+' || s[0] == '-') {
+			expNeg, s = s[0] == '-', s[1:]
+		}
+		if s == "" {
+			return 0, timeoutNotPositive
+		}
+		for k := 0; k < len(s); k++ {
+			if !isDigit(s[k]) {
+				return 0, timeoutNotPositive
+			}
+			if exp < 1e9 { // beyond that only the sign matters; stay far from overflow
+				exp = exp*10 + int64(s[k]-'0')
+			}
+		}
+		s = ""
+		if expNeg {
+			exp = -exp
+		}
+	}
+	if s != "" || intPart == "" {
+		return 0, timeoutNotPositive
+	}
+	// The value is digits × 10^exp.
+	digits := strings.TrimLeft(intPart+frac, "0")
+	exp -= int64(len(frac))
+	if digits == "" || neg {
+		return 0, timeoutNotPositive // zero, or negative
+	}
+	for strings.HasSuffix(digits, "0") {
+		digits = digits[:len(digits)-1]
+		exp++
+	}
+	if exp < 0 {
+		return 0, timeoutNotPositive // a fraction remains
+	}
+	if int64(len(digits))+exp > int64(len(strconv.FormatInt(maxTimeoutMs, 10))) {
+		return 0, timeoutTooBig
+	}
+	v, err := strconv.ParseInt(digits+strings.Repeat("0", int(exp)), 10, 64)
+	if err != nil || v > maxTimeoutMs {
+		return 0, timeoutTooBig
+	}
+	return v, timeoutOK
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }

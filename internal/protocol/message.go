@@ -1,0 +1,168 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+)
+
+// Error is a protocol error: a category (one of the Cat constants) and a
+// message for people that says what was wrong and where. It is the "error"
+// object of an error reply.
+type Error struct {
+	Category string `json:"category"`
+	Message  string `json:"message"`
+}
+
+// Error returns "category: message".
+func (e *Error) Error() string {
+	return e.Category + ": " + e.Message
+}
+
+func newError(category, format string, args ...any) *Error {
+	return &Error{Category: category, Message: fmt.Sprintf(format, args...)}
+}
+
+// Message is one decoded controller message: a top-level JSON object.
+type Message struct {
+	Kind     string          // "" when absent or not a string
+	Token    string          // "" when absent or not a string
+	HasToken bool            // "token" is present and a string
+	ID       json.RawMessage // nil when absent or null; else the raw JSON of a string or number, to echo
+
+	fields map[string]json.RawMessage // every top-level field, for Execute
+}
+
+// Decode parses one message line, as returned by LineReader.ReadLine. Every
+// error is an *Error:
+//
+//   - the line is not valid UTF-8, not JSON, or JSON that is not an object:
+//     CatBadJSON, and the returned Message is nil;
+//   - "id" is present but neither a string, a number nor null: CatBadRequest.
+//     The returned Message is then non-nil, with Kind, Token and HasToken
+//     filled in (ID nil), so that the caller can check authentication before
+//     answering the bad request.
+//
+// A null "id" counts as absent. Unknown fields are kept for Execute and
+// otherwise ignored; when a field appears twice, the last one counts.
+// Decode never panics, whatever the input.
+//
+// Callers should keep the result in a *Error variable: a nil *Error stored in
+// an error interface is not a nil error.
+func Decode(line []byte) (*Message, *Error) {
+	if !utf8.Valid(line) {
+		return nil, newError(CatBadJSON, "message is not valid UTF-8 (bad byte at offset %d)", invalidUTF8Offset(line))
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(line, &fields); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			return nil, newError(CatBadJSON, "message is not a JSON object (it is %s)", jsonKindName(line))
+		}
+		return nil, newError(CatBadJSON, "message is not JSON: %s", err.Error())
+	}
+	if fields == nil {
+		return nil, newError(CatBadJSON, "message is not a JSON object (it is null)")
+	}
+	m := &Message{fields: fields}
+	m.Kind, _ = m.stringField("kind")
+	m.Token, m.HasToken = m.stringField("token")
+	if raw, ok := fields["id"]; ok {
+		switch jsonKind(raw) {
+		case kindString, kindNumber:
+			m.ID = bytes.TrimSpace(raw)
+		case kindNull:
+		default:
+			return m, newError(CatBadRequest, `"id" must be a string or a number`)
+		}
+	}
+	return m, nil
+}
+
+// stringField returns the value of the top-level field name and true when
+// it is present and a string.
+func (m *Message) stringField(name string) (string, bool) {
+	raw, ok := m.fields[name]
+	if !ok {
+		return "", false
+	}
+	return decodeString(raw)
+}
+
+// decodeString returns the value of raw and true when raw is a JSON string.
+func decodeString(raw json.RawMessage) (string, bool) {
+	if jsonKind(raw) != kindString {
+		return "", false
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", false
+	}
+	return s, true
+}
+
+func invalidUTF8Offset(b []byte) int {
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size <= 1 {
+			return i
+		}
+		i += size
+	}
+	return len(b)
+}
+
+// JSON value kinds, told apart by a value's first byte.
+const (
+	kindInvalid = iota
+	kindNull
+	kindBool
+	kindNumber
+	kindString
+	kindArray
+	kindObject
+)
+
+// jsonKind returns the kind of the JSON value raw, which is assumed to be
+// valid JSON (leading white space allowed).
+func jsonKind(raw []byte) int {
+	raw = bytes.TrimLeft(raw, " \t\r\n")
+	if len(raw) == 0 {
+		return kindInvalid
+	}
+	switch c := raw[0]; {
+	case c == 'n':
+		return kindNull
+	case c == 't' || c == 'f':
+		return kindBool
+	case c == '"':
+		return kindString
+	case c == '[':
+		return kindArray
+	case c == '{':
+		return kindObject
+	case c == '-' || c >= '0' && c <= '9':
+		return kindNumber
+	}
+	return kindInvalid
+}
+
+func jsonKindName(raw []byte) string {
+	switch jsonKind(raw) {
+	case kindNull:
+		return "null"
+	case kindBool:
+		return "a boolean"
+	case kindNumber:
+		return "a number"
+	case kindString:
+		return "a string"
+	case kindArray:
+		return "an array"
+	case kindObject:
+		return "an object"
+	}
+	return "not a JSON value"
+}

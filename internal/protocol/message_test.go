@@ -1,0 +1,130 @@
+package protocol
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestDecode(t *testing.T) {
+	tests := []struct {
+		name         string
+		line         string
+		wantKind     string
+		wantToken    string
+		wantHasToken bool
+		wantID       string // "" means nil
+		wantCat      string // "" means no error
+		wantMsg      string // when not "", the exact error message
+		wantMsgPart  string // when not "", a part of the error message
+	}{
+		{name: "ready", line: `{"token":"T","kind":"ready"}`, wantKind: "ready", wantToken: "T", wantHasToken: true},
+		{name: "white space around", line: " \t{ \"kind\" : \"verify\" } ", wantKind: "verify"},
+		{name: "empty object", line: `{}`},
+		{name: "number id", line: `{"kind":"execute","id":7}`, wantKind: "execute", wantID: `7`},
+		{name: "string id", line: `{"kind":"execute","id":"a-1"}`, wantKind: "execute", wantID: `"a-1"`},
+		{name: "huge number id echoed", line: `{"id":1e400}`, wantID: `1e400`},
+		{name: "null id is absent", line: `{"kind":"ready","id":null}`, wantKind: "ready"},
+		{name: "token not a string", line: `{"token":5,"kind":"ready"}`, wantKind: "ready"},
+		{name: "empty token is present", line: `{"token":"","kind":"ready"}`, wantKind: "ready", wantHasToken: true},
+		{name: "kind not a string", line: `{"token":"T","kind":["ready"]}`, wantToken: "T", wantHasToken: true},
+		{name: "last duplicate wins", line: `{"kind":"a","kind":"b"}`, wantKind: "b"},
+		{name: "key case matters", line: `{"Kind":"ready","TOKEN":"T"}`},
+		{name: "unknown fields ignored", line: `{"kind":"ready","future":{"x":[1,2]}}`, wantKind: "ready"},
+		{name: "escaped strings", line: `{"kind":"re\u0061dy","token":"a\"b"}`, wantKind: "ready", wantToken: `a"b`, wantHasToken: true},
+
+		{name: "bad id object", line: `{"token":"T","kind":"execute","id":{}}`, wantKind: "execute", wantToken: "T", wantHasToken: true,
+			wantCat: CatBadRequest, wantMsg: `"id" must be a string or a number`},
+		{name: "bad id array", line: `{"kind":"ready","id":[7]}`, wantKind: "ready", wantCat: CatBadRequest, wantMsg: `"id" must be a string or a number`},
+		{name: "bad id bool", line: `{"id":true,"token":"T"}`, wantToken: "T", wantHasToken: true, wantCat: CatBadRequest, wantMsg: `"id" must be a string or a number`},
+
+		{name: "not JSON", line: `hello`, wantCat: CatBadJSON, wantMsg: `message is not JSON: invalid character 'h' looking for beginning of value`},
+		{name: "empty line", line: ``, wantCat: CatBadJSON, wantMsgPart: "message is not JSON"},
+		{name: "truncated object", line: `{"kind":"ready"`, wantCat: CatBadJSON, wantMsgPart: "message is not JSON"},
+		{name: "two objects", line: `{} {}`, wantCat: CatBadJSON, wantMsgPart: "message is not JSON"},
+		{name: "raw NUL byte", line: "{\"kind\":\"re\x00ady\"}", wantCat: CatBadJSON, wantMsgPart: "message is not JSON"},
+		{name: "invalid UTF-8", line: "{\"kind\":\"\xff\"}", wantCat: CatBadJSON, wantMsg: "message is not valid UTF-8 (bad byte at offset 9)"},
+		{name: "array", line: `[1,2]`, wantCat: CatBadJSON, wantMsg: "message is not a JSON object (it is an array)"},
+		{name: "string", line: `"ready"`, wantCat: CatBadJSON, wantMsg: "message is not a JSON object (it is a string)"},
+		{name: "number", line: ` 12`, wantCat: CatBadJSON, wantMsg: "message is not a JSON object (it is a number)"},
+		{name: "bool", line: `true`, wantCat: CatBadJSON, wantMsg: "message is not a JSON object (it is a boolean)"},
+		{name: "null", line: `null`, wantCat: CatBadJSON, wantMsg: "message is not a JSON object (it is null)"},
+		{name: "deep nesting", line: strings.Repeat("[", 100000) + strings.Repeat("]", 100000), wantCat: CatBadJSON, wantMsgPart: "message is not JSON"},
+		{name: "deep nesting in object", line: `{"kind":"ready","x":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`, wantCat: CatBadJSON, wantMsgPart: "message is not JSON"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, e := Decode([]byte(tt.line))
+			if tt.wantCat == "" {
+				if e != nil {
+					t.Fatalf("error: got %v; want none", e)
+				}
+			} else {
+				if e == nil {
+					t.Fatalf("error: got none; want category %q", tt.wantCat)
+				}
+				if e.Category != tt.wantCat {
+					t.Errorf("category: got %q; want %q", e.Category, tt.wantCat)
+				}
+				if tt.wantMsg != "" && e.Message != tt.wantMsg {
+					t.Errorf("message: got %q; want %q", e.Message, tt.wantMsg)
+				}
+				if !strings.Contains(e.Message, tt.wantMsgPart) {
+					t.Errorf("message: got %q; want it to contain %q", e.Message, tt.wantMsgPart)
+				}
+			}
+			if tt.wantCat == CatBadJSON {
+				if m != nil {
+					t.Errorf("message on bad-json: got %+v; want nil", m)
+				}
+				return
+			}
+			if m == nil {
+				t.Fatalf("message: got nil; want one")
+			}
+			if m.Kind != tt.wantKind {
+				t.Errorf("Kind: got %q; want %q", m.Kind, tt.wantKind)
+			}
+			if m.Token != tt.wantToken || m.HasToken != tt.wantHasToken {
+				t.Errorf("Token, HasToken: got %q, %v; want %q, %v", m.Token, m.HasToken, tt.wantToken, tt.wantHasToken)
+			}
+			if tt.wantID == "" && m.ID != nil {
+				t.Errorf("ID: got %s; want nil", m.ID)
+			}
+			if tt.wantID != "" && string(m.ID) != tt.wantID {
+				t.Errorf("ID: got %s; want %s", m.ID, tt.wantID)
+			}
+		})
+	}
+}
+
+func TestDecodedIDEchoes(t *testing.T) {
+	for _, id := range []string{`7`, `-1.5e3`, `"x\u00e9\n"`, `1e400`} {
+		m, e := Decode([]byte(`{"kind":"ready","id":` + id + `}`))
+		if e != nil {
+			t.Fatalf("Decode with id %s: got error %v; want none", id, e)
+		}
+		b, err := json.Marshal(ErrorReply{Kind: "error", ID: m.ID, Error: &Error{Category: CatBusy, Message: "m"}})
+		if err != nil {
+			t.Fatalf("Marshal with id %s: got error %v; want none", id, err)
+		}
+		want := `{"kind":"error","id":` + id + `,"error":{"category":"busy","message":"m"}}`
+		if string(b) != want {
+			t.Errorf("reply: got %s; want %s", b, want)
+		}
+	}
+}
+
+func TestErrorString(t *testing.T) {
+	e := &Error{Category: CatBusy, Message: "an execution is running on this connection"}
+	if got, want := e.Error(), "busy: an execution is running on this connection"; got != want {
+		t.Errorf("Error(): got %q; want %q", got, want)
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(b), `{"category":"busy","message":"an execution is running on this connection"}`; got != want {
+		t.Errorf("JSON: got %s; want %s", got, want)
+	}
+}

@@ -1,0 +1,95 @@
+package protocol
+
+import (
+	"sync"
+	"unicode/utf8"
+)
+
+// RawCapture keeps the first max bytes of a subject's stdout in raw mode
+// (section 5) and notes whether more came. Like Carrier it never returns an
+// error from Write, so the subject is drained to the end, and it is safe for
+// concurrent use.
+type RawCapture struct {
+	mu        sync.Mutex
+	max       int
+	buf       []byte // never longer (or with more capacity) than max
+	truncated bool
+}
+
+// NewRawCapture returns a RawCapture that keeps at most max bytes; with max
+// of 0 or less it keeps nothing and only notes whether anything came.
+func NewRawCapture(max int) *RawCapture {
+	if max < 0 {
+		max = 0
+	}
+	return &RawCapture{max: max}
+}
+
+// Write keeps what fits under the limit and drops the rest. It always
+// returns len(p), nil.
+func (r *RawCapture) Write(p []byte) (int, error) {
+	n := len(p)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.buf)+len(p) > r.max {
+		r.truncated = true
+	}
+	r.buf = appendCapped(r.buf, p, r.max)
+	return n, nil
+}
+
+// Result returns what was kept, as text: every byte that is not part of
+// valid UTF-8 is replaced with U+FFFD, as encoding/json would do (so a
+// multi-byte character cut in two by the limit shows as replacement
+// characters). truncated is true when more than max bytes were written.
+func (r *RawCapture) Result() (stdout string, truncated bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return validUTF8(r.buf), r.truncated
+}
+
+// validUTF8 returns b as a string with each invalid byte replaced by U+FFFD.
+func validUTF8(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	out := make([]byte, 0, len(b)+len(b)/2)
+	for len(b) > 0 {
+		r, size := utf8.DecodeRune(b)
+		if r == utf8.RuneError && size == 1 {
+			out = utf8.AppendRune(out, utf8.RuneError)
+		} else {
+			out = append(out, b[:size]...)
+		}
+		b = b[size:]
+	}
+	return string(out)
+}
+
+// appendCapped appends to buf as much of p as fits under limit bytes, and
+// never lets buf's capacity exceed limit.
+func appendCapped(buf, p []byte, limit int) []byte {
+	room := limit - len(buf)
+	if room <= 0 {
+		return buf
+	}
+	if len(p) > room {
+		p = p[:room]
+	}
+	if need := len(buf) + len(p); need > cap(buf) {
+		size := 2 * cap(buf)
+		if size < need {
+			size = need
+		}
+		if size < 512 {
+			size = 512
+		}
+		if size > limit {
+			size = limit
+		}
+		grown := make([]byte, len(buf), size)
+		copy(grown, buf)
+		buf = grown
+	}
+	return append(buf, p...)
+}

@@ -1,0 +1,116 @@
+package protocol
+
+import "encoding/json"
+
+// Replies, relayd to controller (section 4). Fields are in the order of
+// protocol.md; a field marked omitempty is optional. Token is set only on a
+// connection that has authenticated, or in dial-out mode; an ErrorReply never
+// carries one.
+
+// Termination words of an executed reply.
+const (
+	Exited           = "exited"
+	FrameworkTimeout = "framework_timeout"
+)
+
+// Settlement words of an executed reply.
+const (
+	SettleNone      = "none"
+	SettleSettled   = "settled"
+	SettleDestroyed = "destroyed"
+	SettleFailed    = "failed"
+)
+
+// Exit codes of section 4.2's table (besides the subject's own status, and
+// 128+S for a signal S that relayd did not send).
+const (
+	ExitFramework        = 124 // framework_timeout
+	ExitScopeUnavailable = 111 // the scope could not be set up; nothing ran
+	ExitNotFound         = 127 // program not found
+	ExitNotExecutable    = 126 // program not executable, or bad cwd
+)
+
+// Ready is the reply to ready, and relayd's first line in dial-out mode.
+type Ready struct {
+	Token       string          `json:"token,omitempty"`
+	Kind        string          `json:"kind"` // "ready"
+	ID          json.RawMessage `json:"id,omitempty"`
+	Instruction string          `json:"instruction"`
+	Cwd         string          `json:"cwd"`
+	Protocol    int             `json:"protocol"` // Version
+	Version     string          `json:"version"`
+	Scope       string          `json:"scope"`
+}
+
+// Survivor is a process of a scope still alive after its subject exited.
+type Survivor struct {
+	PID  int      `json:"pid"`
+	Argv []string `json:"argv"` // [] in JSON when nil (unknown)
+}
+
+// MarshalJSON writes a nil Argv as [].
+func (s Survivor) MarshalJSON() ([]byte, error) {
+	type plain Survivor
+	if s.Argv == nil {
+		s.Argv = []string{}
+	}
+	return json.Marshal(plain(s))
+}
+
+// ScopeInfo says how a scope was tracked.
+type ScopeInfo struct {
+	Mechanism string `json:"mechanism"`
+}
+
+// Executed is the reply to execute, sent once per execute when it ends.
+type Executed struct {
+	Token           string          `json:"token,omitempty"`
+	Kind            string          `json:"kind"` // "executed"
+	ID              json.RawMessage `json:"id,omitempty"`
+	Termination     string          `json:"termination"` // Exited or FrameworkTimeout
+	ExitCode        int             `json:"exitCode"`
+	Stdout          string          `json:"stdout"`
+	Diagnostic      Diagnostic      `json:"diagnostic"`
+	Execution       string          `json:"execution"`
+	Settlement      string          `json:"settlement"` // a Settle word
+	Survivors       []Survivor      `json:"survivors"`  // [] in JSON when nil
+	Scope           ScopeInfo       `json:"scope"`
+	Signal          string          `json:"signal,omitempty"`
+	StdoutTruncated *bool           `json:"stdoutTruncated,omitempty"` // raw mode only
+	Detail          string          `json:"detail,omitempty"`
+	DurationMs      int64           `json:"durationMs"`
+}
+
+// MarshalJSON writes a nil Survivors as [].
+func (e Executed) MarshalJSON() ([]byte, error) {
+	type plain Executed
+	if e.Survivors == nil {
+		e.Survivors = []Survivor{}
+	}
+	return json.Marshal(plain(e))
+}
+
+// Verified is the reply to verify.
+type Verified struct {
+	Token     string          `json:"token,omitempty"`
+	Kind      string          `json:"kind"` // "verified"
+	ID        json.RawMessage `json:"id,omitempty"`
+	Quiescent bool            `json:"quiescent"`
+	Survivors []Survivor      `json:"survivors"` // [] in JSON when nil
+}
+
+// MarshalJSON writes a nil Survivors as [].
+func (v Verified) MarshalJSON() ([]byte, error) {
+	type plain Verified
+	if v.Survivors == nil {
+		v.Survivors = []Survivor{}
+	}
+	return json.Marshal(plain(v))
+}
+
+// ErrorReply is an error reply (section 4.4). It never carries the token.
+type ErrorReply struct {
+	Kind  string          `json:"kind"` // "error"
+	ID    json.RawMessage `json:"id,omitempty"`
+	Error *Error          `json:"error"`
+}

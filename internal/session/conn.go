@@ -1,0 +1,326 @@
+package session
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/relayd/relayd/internal/exec"
+	"github.com/relayd/relayd/internal/protocol"
+)
+
+// inbound is one line from the peer, or the end of its stream.
+type inbound struct {
+	line []byte
+	err  error
+}
+
+// conn is one controller session. Its loop is the only writer to the
+// connection and the only owner of the session's state.
+type conn struct {
+	srv     *Server
+	c       net.Conn
+	log     zerolog.Logger
+	dialOut bool
+	authed  bool
+	lost    bool // the peer is gone: nothing more is written
+
+	cur         *execution        // the running execution, if any
+	verifyIDs   []json.RawMessage // verify requests waiting for cur to end
+	kept        []exec.Scope      // scopes of exited subjects that left survivors
+	unconfirmed bool              // a settlement of this session lacked evidence
+	verified    bool
+}
+
+// serveConn runs one session to its end and reports whether it ended after verify.
+func (s *Server) serveConn(c net.Conn, dialOut bool) bool {
+	cn := &conn{srv: s, c: c, dialOut: dialOut,
+		log: s.log.With().Str("component", "session").Str("peer", c.RemoteAddr().String()).Logger()}
+	cn.log.Info().Bool("dialOut", dialOut).Msg("connection opened")
+	began := time.Now()
+	reason := cn.loop()
+	c.Close()
+	for _, sc := range cn.kept {
+		sc.Close() // stops tracking; survivors are left alone
+	}
+	cn.log.Info().Str("reason", reason).Bool("verified", cn.verified).
+		Dur("duration", time.Since(began)).Msg("connection closed")
+	return cn.verified
+}
+
+func (cn *conn) loop() string {
+	in := make(chan inbound)
+	done := make(chan struct{})
+	defer close(done)
+	go cn.read(in, done)
+
+	if cn.dialOut {
+		cn.write(cn.ready(nil))
+	}
+	stopping := cn.srv.stopping
+	for {
+		var curDone <-chan protocol.Executed
+		if cn.cur != nil {
+			curDone = cn.cur.done
+		}
+		select {
+		case m := <-in:
+			if m.err != nil {
+				return cn.peerEnded(m.err)
+			}
+			if end := cn.handle(m.line); end != "" {
+				return cn.finish(end)
+			}
+		case res := <-curDone:
+			cn.finished(res)
+			if cn.lost {
+				return "peer gone"
+			}
+			if end := cn.answerVerifies(); end != "" {
+				return end
+			}
+			if cn.srvStopping() {
+				return "shutdown"
+			}
+		case <-stopping:
+			stopping = nil // seen once
+			if cn.cur == nil {
+				return "shutdown"
+			}
+			cn.cur.stop("shutdown")
+		}
+		if cn.lost {
+			return cn.finish("peer gone")
+		}
+	}
+}
+
+func (cn *conn) srvStopping() bool {
+	select {
+	case <-cn.srv.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// finish ends the session: a running execution is settled first (its
+// controller is gone or being dropped), and its reply, if the peer can still
+// take it, is sent.
+func (cn *conn) finish(reason string) string {
+	if cn.cur != nil {
+		cn.cur.stop(reason)
+		res := <-cn.cur.done
+		cn.finished(res)
+	}
+	return reason
+}
+
+// peerEnded handles the end of the peer's stream: EOF, a read error, or a line too long.
+func (cn *conn) peerEnded(err error) string {
+	if errors.Is(err, protocol.ErrLineTooLong) {
+		cn.writeError(nil, protocol.CatLineTooLong,
+			fmt.Sprintf("message line longer than %d bytes (--max-line-bytes); closing the connection", cn.srv.cfg.MaxLineBytes))
+		cn.lost = true
+		return cn.finish("line too long")
+	}
+	cn.lost = true
+	if errors.Is(err, io.EOF) {
+		return cn.finish("peer closed")
+	}
+	return cn.finish("read failed")
+}
+
+// read feeds lines to the loop until the stream ends or the loop is done.
+func (cn *conn) read(in chan<- inbound, done <-chan struct{}) {
+	lr := protocol.NewLineReader(cn.c, cn.srv.cfg.MaxLineBytes)
+	for {
+		line, err := lr.ReadLine()
+		var m inbound
+		if err != nil {
+			m.err = err
+		} else {
+			m.line = append([]byte(nil), line...)
+		}
+		select {
+		case in <- m:
+		case <-done:
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// handle answers one message; a non-empty result ends the session.
+func (cn *conn) handle(line []byte) string {
+	msg, perr := protocol.Decode(line)
+	if msg == nil {
+		cn.writeError(nil, perr.Category, perr.Message)
+		return ""
+	}
+	if !msg.HasToken || !cn.srv.tokenOK(msg.Token) {
+		what := "wrong token"
+		if !msg.HasToken {
+			what = "missing token"
+		}
+		cn.log.Warn().Str("kind", safeKind(msg.Kind)).Msg("unauthenticated message: " + what)
+		cn.writeError(msg.ID, protocol.CatUnauthenticated,
+			what+": every message must carry relayd's token; closing the connection")
+		cn.lost = true
+		return "unauthenticated"
+	}
+	if !cn.authed {
+		cn.authed = true
+		cn.log.Debug().Msg("authenticated")
+	}
+	if perr != nil {
+		cn.writeError(msg.ID, perr.Category, perr.Message)
+		return ""
+	}
+	switch msg.Kind {
+	case "ready":
+		cn.write(cn.ready(msg.ID))
+	case "execute":
+		cn.execute(msg)
+	case "verify":
+		cn.verifyIDs = append(cn.verifyIDs, msg.ID)
+		if cn.cur != nil {
+			cn.cur.stop("verify")
+			return ""
+		}
+		return cn.answerVerifies()
+	case "":
+		cn.writeError(msg.ID, protocol.CatUnknownKind, `message has no "kind": expected "ready", "execute" or "verify"`)
+	default:
+		cn.writeError(msg.ID, protocol.CatUnknownKind,
+			fmt.Sprintf(`unknown kind %q: expected "ready", "execute" or "verify"`, safeKind(msg.Kind)))
+	}
+	return ""
+}
+
+// safeKind bounds a peer-chosen kind before it is echoed or logged.
+func safeKind(k string) string {
+	if len(k) > 40 {
+		return k[:40] + "..."
+	}
+	return k
+}
+
+func (cn *conn) execute(msg *protocol.Message) {
+	req, perr := msg.Execute()
+	if perr != nil {
+		cn.writeError(msg.ID, perr.Category, perr.Message)
+		return
+	}
+	if cn.cur != nil {
+		cn.writeError(msg.ID, protocol.CatBusy,
+			fmt.Sprintf("execution %s is still running on this connection; wait for its executed reply (or send verify to end it)", cn.cur.id))
+		return
+	}
+	if cn.srvStopping() {
+		cn.writeError(msg.ID, protocol.CatShuttingDown, "relayd is shutting down and starts no new execution")
+		return
+	}
+	cn.cur = cn.srv.startExecution(req, msg.ID, cn.log)
+}
+
+// finished records the end of the running execution and sends its reply.
+func (cn *conn) finished(res protocol.Executed) {
+	ex := cn.cur
+	cn.cur = nil
+	if ex.kept != nil {
+		cn.kept = append(cn.kept, ex.kept)
+	}
+	if res.Settlement == protocol.SettleDestroyed || res.Settlement == protocol.SettleFailed {
+		cn.unconfirmed = true
+	}
+	res.Token = cn.token()
+	cn.write(res)
+}
+
+// answerVerifies answers the verify requests that waited for the running
+// execution. In dial-out mode a verify ends the session.
+func (cn *conn) answerVerifies() string {
+	if len(cn.verifyIDs) == 0 || cn.cur != nil {
+		return ""
+	}
+	for _, id := range cn.verifyIDs {
+		v := protocol.Verified{Token: cn.token(), Kind: "verified", ID: id,
+			Quiescent: !cn.unconfirmed, Survivors: cn.survivors()}
+		cn.write(v)
+	}
+	cn.verifyIDs = nil
+	cn.verified = true
+	if cn.dialOut {
+		return "verified"
+	}
+	return ""
+}
+
+// survivors lists the live processes that exited subjects of this session
+// left behind, and stops tracking scopes that are empty.
+func (cn *conn) survivors() []protocol.Survivor {
+	out := []protocol.Survivor{}
+	kept := cn.kept[:0]
+	for _, sc := range cn.kept {
+		members, err := sc.Members()
+		if err != nil {
+			kept = append(kept, sc)
+			continue
+		}
+		if len(members) == 0 {
+			sc.Close()
+			continue
+		}
+		kept = append(kept, sc)
+		out = append(out, describe(members, 0)...)
+	}
+	cn.kept = kept
+	return out
+}
+
+func (cn *conn) token() string {
+	if cn.authed || cn.dialOut {
+		return string(cn.srv.cfg.Token)
+	}
+	return ""
+}
+
+func (cn *conn) ready(id json.RawMessage) protocol.Ready {
+	cfg := cn.srv.cfg
+	return protocol.Ready{Token: cn.token(), Kind: "ready", ID: id, Instruction: cfg.Instruction,
+		Cwd: cfg.Workspace, Protocol: protocol.Version, Version: cfg.Version, Scope: cfg.Mechanism}
+}
+
+func (cn *conn) writeError(id json.RawMessage, category, message string) {
+	cn.write(protocol.ErrorReply{Kind: "error", ID: id,
+		Error: &protocol.Error{Category: category, Message: message}})
+}
+
+// write sends one message with a deadline; a peer that does not take it in
+// time counts as gone.
+func (cn *conn) write(v any) {
+	if cn.lost {
+		return
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		cn.log.Error().Err(err).Msg("encoding a reply failed")
+		return
+	}
+	b = append(b, '\n')
+	_ = cn.c.SetWriteDeadline(time.Now().Add(cn.srv.cfg.WriteTimeout))
+	if _, err := cn.c.Write(b); err != nil {
+		cn.log.Warn().Err(err).Msg("write to peer failed; treating it as gone")
+		cn.lost = true
+		// Unblock the reader too: the session is over.
+		_ = cn.c.SetReadDeadline(time.Now())
+	}
+}

@@ -1,0 +1,305 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/relayd/relayd/internal/env"
+	"github.com/relayd/relayd/internal/exec"
+	"github.com/relayd/relayd/internal/protocol"
+	"github.com/relayd/relayd/internal/teardown"
+)
+
+// cutLimit bounds the wait for a subject's stdout capture to become final.
+const cutLimit = 2 * time.Second
+
+// execution is one execute request from start to reply. Its goroutine sends
+// exactly one Executed on done; stop may be called any number of times, from
+// the session loop only.
+type execution struct {
+	id       string
+	reqID    json.RawMessage
+	req      *protocol.Execute
+	stopCh   chan string // the framework's end: "verify", "peer closed", "shutdown", ...
+	stopOnce sync.Once
+	done     chan protocol.Executed
+	kept     exec.Scope // set before done is sent: the scope of an exited subject with survivors
+	log      zerolog.Logger
+}
+
+func (ex *execution) stop(reason string) {
+	ex.stopOnce.Do(func() { ex.stopCh <- reason })
+}
+
+func (s *Server) startExecution(req *protocol.Execute, reqID json.RawMessage, log zerolog.Logger) *execution {
+	ex := &execution{
+		id:     s.newExecutionID(),
+		reqID:  reqID,
+		req:    req,
+		stopCh: make(chan string, 1),
+		done:   make(chan protocol.Executed, 1),
+	}
+	ex.log = log.With().Str("execution", ex.id).Str("program", filepath.Base(req.Command)).Logger()
+	go func() { ex.done <- s.run(ex) }()
+	return ex
+}
+
+// output is the stdout capture of one execution, in one of the three modes
+// of protocol section 5. It is sealed once the capture is final, so that a
+// late write from the drain can never race with reading the result.
+type output struct {
+	mu      sync.Mutex
+	sealed  bool
+	carrier *protocol.Carrier
+	raw     *protocol.RawCapture
+}
+
+func newOutput(req *protocol.Execute, maxStdout int) *output {
+	o := &output{}
+	switch {
+	case !req.CaptureStdout:
+	case req.ResultToken != "":
+		o.carrier = protocol.NewCarrier()
+	default:
+		o.raw = protocol.NewRawCapture(maxStdout)
+	}
+	return o
+}
+
+func (o *output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.sealed {
+		return len(p), nil
+	}
+	switch {
+	case o.carrier != nil:
+		o.carrier.Write(p)
+	case o.raw != nil:
+		o.raw.Write(p)
+	}
+	return len(p), nil
+}
+
+// fill seals the capture and puts its result into the reply. With empty set
+// (the output cannot be trusted, or nothing ran) it reports nothing written.
+func (o *output) fill(r *protocol.Executed, resultToken string, empty bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.sealed = true
+	r.Diagnostic = protocol.NoneDiagnostic()
+	switch {
+	case o.carrier != nil && empty:
+		r.Diagnostic = protocol.EmptyDiagnostic(protocol.DiagMissing)
+	case o.carrier != nil:
+		r.Stdout, r.Diagnostic = o.carrier.Result(resultToken)
+	case o.raw != nil:
+		truncated := false
+		if !empty {
+			r.Stdout, truncated = o.raw.Result()
+		}
+		r.StdoutTruncated = &truncated
+	}
+}
+
+// run carries one execution to its reply.
+func (s *Server) run(ex *execution) protocol.Executed {
+	began := time.Now()
+	req := ex.req
+	res := protocol.Executed{Kind: "executed", ID: ex.reqID, Execution: ex.id,
+		Settlement: protocol.SettleNone, Survivors: []protocol.Survivor{},
+		Scope: protocol.ScopeInfo{Mechanism: s.cfg.Mechanism}, Termination: protocol.Exited}
+	out := newOutput(req, s.cfg.MaxStdoutBytes)
+	defer func() {
+		res.DurationMs = time.Since(began).Milliseconds()
+		ev := ex.log.Info()
+		if res.Settlement == protocol.SettleFailed || res.Settlement == protocol.SettleDestroyed {
+			ev = ex.log.Warn()
+		}
+		ev.Str("termination", res.Termination).Int("exitCode", res.ExitCode).
+			Str("settlement", res.Settlement).Int("survivors", len(res.Survivors)).
+			Int64("durationMs", res.DurationMs).Msg("execution ended")
+	}()
+
+	// Spawn failures: nothing ran, nothing is signalled.
+	failed := func(code int, detail string) protocol.Executed {
+		res.ExitCode = code
+		res.Detail = detail
+		out.fill(&res, req.ResultToken, true)
+		if code == protocol.ExitScopeUnavailable {
+			res.Diagnostic = protocol.EmptyDiagnostic(protocol.DiagScopeUnavailable)
+		}
+		return res
+	}
+	subjectEnv := env.Subject(s.cfg.BaseEnv, req.Environment, req.Credentials, req.ResultToken)
+	dir := env.Cwd(s.cfg.Workspace, req.Cwd)
+	if err := env.CheckDir(dir); err != nil {
+		return failed(protocol.ExitNotExecutable, fmt.Sprintf("cwd %s is not a directory that exists", dir))
+	}
+	path, err := env.LookPath(req.Command, subjectEnv, dir)
+	if err != nil {
+		if errors.Is(err, env.ErrNotFound) {
+			return failed(protocol.ExitNotFound, fmt.Sprintf("program %q not found", req.Command))
+		}
+		return failed(protocol.ExitNotExecutable, fmt.Sprintf("program %q is not executable", req.Command))
+	}
+	scope, err := s.cfg.NewScope()
+	if err != nil {
+		ex.log.Error().Err(err).Msg("scope setup failed")
+		return failed(protocol.ExitScopeUnavailable, "the execution scope could not be set up: "+err.Error())
+	}
+	spec := exec.Spec{Path: path, Argv: append([]string{req.Command}, req.Args...), Env: subjectEnv, Dir: dir, Stdout: out}
+	if s.cfg.ArtifactsDir != "" {
+		spec.StdoutCopy = s.openArtifact(ex, "stdout")
+		spec.StderrCopy = s.openArtifact(ex, "stderr")
+	}
+	subj, err := exec.Start(s.cfg.Reaper, scope, spec)
+	if err != nil {
+		closeAll(spec.StdoutCopy, spec.StderrCopy)
+		scope.Close()
+		return failed(spawnFailure(err, req.Command))
+	}
+	ex.log.Debug().Int("pid", subj.PID).Msg("execution started")
+
+	var deadline <-chan time.Time
+	if req.TimeoutMs > 0 {
+		t := time.NewTimer(time.Duration(req.TimeoutMs) * time.Millisecond)
+		defer t.Stop()
+		deadline = t.C
+	}
+	var st exec.Status
+	exited := false
+	reason := ""
+	select {
+	case st = <-subj.Exited():
+		exited = true
+	case <-deadline:
+		reason = "timeoutMs"
+	case reason = <-ex.stopCh:
+	}
+	if !exited {
+		// Rule 6.3: if the subject had already ended when the framework's end
+		// was seen, it wins. Collect any status that is waiting first.
+		s.cfg.Reaper.Sweep()
+		select {
+		case st = <-subj.Exited():
+			exited = true
+		default:
+		}
+	}
+	if exited {
+		// Rule 6.1: an exited subject is left alone; survivors are reported.
+		res.ExitCode = st.ExitCode()
+		if !st.Exited {
+			res.Signal = unix.SignalName(st.Signal)
+		}
+		subj.CutStdout(cutLimit)
+		out.fill(&res, req.ResultToken, false)
+		members, err := scope.Members()
+		if err != nil || len(members) > 0 {
+			res.Survivors = describe(members, subj.PID)
+			ex.kept = scope
+		} else {
+			scope.Close()
+		}
+		if err != nil {
+			ex.log.Warn().Err(err).Msg("could not look for survivors")
+		}
+		return res
+	}
+
+	// Rule 6.2: the framework ended it; settle the whole scope.
+	ex.log.Info().Str("reason", reason).Msg("settling scope")
+	res.Termination = protocol.FrameworkTimeout
+	res.ExitCode = protocol.ExitFramework
+	outcome := teardown.Settle(s.destroyCtx, scope, teardown.Options{
+		Grace: s.cfg.TermGrace, Deadline: time.Now().Add(s.cfg.TeardownTimeout)})
+	if outcome.Confirmed {
+		res.Settlement = protocol.SettleSettled
+		subj.CutStdout(cutLimit)
+		out.fill(&res, req.ResultToken, false)
+	} else {
+		res.Settlement = s.destroyScope(ex, scope, outcome)
+		subj.CutStdout(0)
+		out.fill(&res, req.ResultToken, true)
+	}
+	scope.Close()
+	return res
+}
+
+// destroyScope is the fallback when a settlement lacked evidence: SIGKILL
+// every process the scope can see and look once more. A second shutdown
+// signal comes here at once.
+func (s *Server) destroyScope(ex *execution, scope exec.Scope, outcome teardown.Outcome) string {
+	s.unconfirmed.Store(true)
+	ev := ex.log.Error().Int("remaining", len(outcome.Remaining)).Dur("elapsed", outcome.Elapsed)
+	if outcome.Err != nil {
+		ev = ev.AnErr("lastError", outcome.Err)
+	}
+	ev.Msg("settlement not confirmed; killing what the scope can see")
+	_ = teardown.Kill(scope)
+	after := teardown.Settle(context.Background(), scope, teardown.Options{Deadline: time.Now().Add(100 * time.Millisecond)})
+	if after.Confirmed {
+		return protocol.SettleDestroyed
+	}
+	return protocol.SettleFailed
+}
+
+// describe turns members into survivors, leaving out the subject itself.
+func describe(members []exec.Member, subject int) []protocol.Survivor {
+	out := make([]protocol.Survivor, 0, len(members))
+	for _, m := range members {
+		if m.PID == subject {
+			continue
+		}
+		argv := exec.Argv(m.PID)
+		if argv == nil {
+			argv = []string{}
+		}
+		out = append(out, protocol.Survivor{PID: m.PID, Argv: argv})
+	}
+	return out
+}
+
+// spawnFailure maps a failed start to the exit code and detail of protocol 4.2.
+func spawnFailure(err error, command string) (int, string) {
+	var errno syscall.Errno
+	switch {
+	case errors.Is(err, exec.ErrScopeUnavailable):
+		return protocol.ExitScopeUnavailable, "the execution scope could not be set up: " + err.Error()
+	case errors.As(err, &errno) && errno == syscall.ENOENT:
+		return protocol.ExitNotFound, fmt.Sprintf("program %q not found (%v)", command, errno)
+	case errors.As(err, &errno):
+		return protocol.ExitNotExecutable, fmt.Sprintf("program %q could not be executed (%v)", command, errno)
+	default:
+		return protocol.ExitScopeUnavailable, "the subject could not be started: " + err.Error()
+	}
+}
+
+func (s *Server) openArtifact(ex *execution, stream string) io.WriteCloser {
+	f, err := os.OpenFile(s.artifactPath(ex.id, stream), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		ex.log.Warn().Err(err).Str("stream", stream).Msg("cannot write artifact; output is drained without a copy")
+		return nil
+	}
+	return f
+}
+
+func closeAll(cs ...io.WriteCloser) {
+	for _, c := range cs {
+		if c != nil {
+			c.Close()
+		}
+	}
+}

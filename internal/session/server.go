@@ -1,0 +1,176 @@
+// Package session serves controllers: it authenticates them, answers their
+// messages, runs one execution at a time per connection, and applies the
+// lifecycle rules of protocol section 6 (when to leave a scope alone, when to
+// settle it, exactly one reply per execution).
+//
+// It does not parse the wire format (internal/protocol), start processes
+// (internal/exec) or stop them (internal/teardown).
+package session
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/relayd/relayd/internal/exec"
+)
+
+// Config is everything a Server needs. Token is a secret: it is compared,
+// echoed to authenticated peers, and never logged.
+type Config struct {
+	Token           []byte
+	Workspace       string // absolute
+	Instruction     string
+	Version         string
+	TermGrace       time.Duration
+	TeardownTimeout time.Duration
+	WriteTimeout    time.Duration
+	MaxLineBytes    int
+	MaxStdoutBytes  int
+	ArtifactsDir    string   // "" for none
+	BaseEnv         []string // relayd's environment less RELAYD_*
+	Reaper          *exec.Reaper
+	NewScope        func() (exec.Scope, error)
+	Mechanism       string
+	Log             zerolog.Logger
+}
+
+// Server runs sessions, in listen mode or dial-out mode.
+type Server struct {
+	cfg      Config
+	log      zerolog.Logger
+	nextID   atomic.Uint64
+	idPrefix string
+
+	stopping   chan struct{} // closed by Shutdown: stop accepting, settle what runs
+	stopOnce   sync.Once
+	destroyCtx context.Context // cancelled by Destroy: settle no longer, kill
+	destroy    context.CancelFunc
+
+	sessions    sync.WaitGroup
+	unconfirmed atomic.Bool // some settlement was not confirmed
+}
+
+// New returns a Server. It picks the first execution number so that
+// artifacts of an earlier relayd in the same directory are never overwritten.
+func New(cfg Config) *Server {
+	s := &Server{cfg: cfg, log: cfg.Log, stopping: make(chan struct{})}
+	s.destroyCtx, s.destroy = context.WithCancel(context.Background())
+	s.nextID.Store(lastArtifact(cfg.ArtifactsDir))
+	return s
+}
+
+// lastArtifact is the highest execution number with an artifact in dir.
+func lastArtifact(dir string) uint64 {
+	if dir == "" {
+		return 0
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var max uint64
+	for _, e := range entries {
+		name, ok := strings.CutPrefix(e.Name(), "x-")
+		if !ok {
+			continue
+		}
+		num, _, _ := strings.Cut(name, ".")
+		if n, err := strconv.ParseUint(num, 10, 64); err == nil && n > max {
+			max = n
+		}
+	}
+	return max
+}
+
+func (s *Server) newExecutionID() string {
+	return "x-" + strconv.FormatUint(s.nextID.Add(1), 10)
+}
+
+func (s *Server) artifactPath(id, stream string) string {
+	return filepath.Join(s.cfg.ArtifactsDir, id+"."+stream+".txt")
+}
+
+// Serve accepts controllers on ln until Shutdown, then waits for every
+// session to finish (each running execution settled and answered).
+func (s *Server) Serve(ln net.Listener) error {
+	go func() {
+		<-s.stopping
+		ln.Close()
+	}()
+	var err error
+	for {
+		conn, aerr := ln.Accept()
+		if aerr != nil {
+			select {
+			case <-s.stopping:
+			default:
+				var ne net.Error
+				if errors.As(aerr, &ne) && ne.Timeout() {
+					continue
+				}
+				if isTemporaryAccept(aerr) {
+					s.log.Warn().Err(aerr).Msg("accept failed; retrying")
+					time.Sleep(50 * time.Millisecond)
+					continue
+				}
+				err = aerr
+			}
+			break
+		}
+		s.sessions.Add(1)
+		go func() {
+			defer s.sessions.Done()
+			s.serveConn(conn, false)
+		}()
+	}
+	s.sessions.Wait()
+	return err
+}
+
+// isTemporaryAccept is true for failures that pass: out of descriptors.
+func isTemporaryAccept(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ECONNABORTED)
+}
+
+// ServeOne serves a single session on conn, as dial-out mode does. It
+// reports whether the session ended after verify.
+func (s *Server) ServeOne(conn net.Conn) (verified bool) {
+	s.sessions.Add(1)
+	defer s.sessions.Done()
+	return s.serveConn(conn, true)
+}
+
+// Shutdown stops accepting, settles every running execution and answers its
+// controller; Serve returns when all sessions are done.
+func (s *Server) Shutdown() {
+	s.stopOnce.Do(func() { close(s.stopping) })
+}
+
+// Destroy ends every settlement at once with SIGKILL (a second signal).
+func (s *Server) Destroy() {
+	s.Shutdown()
+	s.destroy()
+}
+
+// Wait returns once every session has ended.
+func (s *Server) Wait() { s.sessions.Wait() }
+
+// Confirmed reports whether every settlement so far had evidence.
+func (s *Server) Confirmed() bool { return !s.unconfirmed.Load() }
+
+func (s *Server) tokenOK(t string) bool {
+	return subtle.ConstantTimeCompare([]byte(t), s.cfg.Token) == 1
+}

@@ -1,0 +1,117 @@
+// Package teardown settles scopes: SIGTERM to every member, a grace period,
+// SIGKILL to what is left, until there is positive evidence that nothing of
+// the scope remains, always within a deadline.
+//
+// It never decides whether a scope should be settled (that is the session's
+// call, by the lifecycle rules) and it never reports a scope gone without
+// evidence: a look that fails counts as a live scope.
+package teardown
+
+import (
+	"context"
+	"syscall"
+	"time"
+
+	"github.com/relayd/relayd/internal/exec"
+)
+
+// Outcome is what a settlement achieved.
+type Outcome struct {
+	// Confirmed is true only when two consecutive complete looks found no
+	// member: the evidence that the scope is empty.
+	Confirmed bool
+	// Killed is true when SIGKILL was needed after the grace period.
+	Killed bool
+	// Remaining are the members seen at the last complete look when not confirmed.
+	Remaining []exec.Member
+	// Err is the last failure to look at or signal the scope, if any.
+	Err     error
+	Elapsed time.Duration
+}
+
+// Options bound a settlement.
+type Options struct {
+	Grace    time.Duration // SIGTERM to SIGKILL
+	Deadline time.Time     // the whole settlement ends by then, confirmed or not
+}
+
+// pollFloor and pollCeil bound the interval between looks: short at first,
+// since most subjects die at once, then backing off.
+const (
+	pollFloor = time.Millisecond
+	pollCeil  = 20 * time.Millisecond
+)
+
+// Settle stops every process of scope: SIGTERM, up to opts.Grace for the
+// scope to empty, then SIGKILL (again on every look, so that late forks die
+// too) until the scope is confirmed empty or opts.Deadline passes. ctx ends
+// it early (a second shutdown signal): what is confirmed by then is reported.
+func Settle(ctx context.Context, scope exec.Scope, opts Options) Outcome {
+	began := time.Now()
+	out := Outcome{}
+	graceEnd := began.Add(opts.Grace)
+	if graceEnd.After(opts.Deadline) {
+		graceEnd = opts.Deadline
+	}
+	if err := scope.Signal(syscall.SIGTERM); err != nil {
+		out.Err = err
+	}
+	empties := 0
+	wait := pollFloor
+	for {
+		members, err := scope.Members()
+		switch {
+		case err != nil:
+			out.Err = err
+			empties = 0
+		case len(members) == 0:
+			empties++
+			if empties >= 2 {
+				out.Confirmed = true
+				out.Remaining = nil
+				out.Elapsed = time.Since(began)
+				return out
+			}
+			wait = pollFloor // the second look follows at once
+		default:
+			empties = 0
+			out.Remaining = members
+		}
+		now := time.Now()
+		if !now.Before(opts.Deadline) {
+			break
+		}
+		if !now.Before(graceEnd) && empties == 0 {
+			out.Killed = true
+			if err := scope.Signal(syscall.SIGKILL); err != nil {
+				out.Err = err
+			}
+		}
+		next := now.Add(wait)
+		if now.Before(graceEnd) && next.After(graceEnd) {
+			next = graceEnd
+		}
+		if next.After(opts.Deadline) {
+			next = opts.Deadline
+		}
+		t := time.NewTimer(time.Until(next))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			out.Elapsed = time.Since(began)
+			return out
+		case <-t.C:
+		}
+		if wait < pollCeil {
+			wait *= 2
+		}
+	}
+	out.Elapsed = time.Since(began)
+	return out
+}
+
+// Kill sends SIGKILL to every member the scope can see, once, without
+// waiting: the last resort when settling could not be confirmed.
+func Kill(scope exec.Scope) error {
+	return scope.Signal(syscall.SIGKILL)
+}
