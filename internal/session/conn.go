@@ -64,9 +64,14 @@ func (cn *conn) loop() string {
 	}
 	stopping := cn.srv.stopping
 	for {
+		// While an execution runs, its reply comes first; the session ends at
+		// shutdown only once every execution of relayd has been answered, and
+		// until then answers an execute with shutting-down.
 		var curDone <-chan protocol.Executed
+		drained := cn.srv.drained
 		if cn.cur != nil {
 			curDone = cn.cur.done
+			drained = nil
 		}
 		select {
 		case m := <-in:
@@ -78,34 +83,20 @@ func (cn *conn) loop() string {
 			}
 		case res := <-curDone:
 			cn.finished(res)
-			if cn.lost {
-				return "peer gone"
-			}
 			if end := cn.answerVerifies(); end != "" {
 				return end
 			}
-			if cn.srvStopping() {
-				return "shutdown"
-			}
 		case <-stopping:
 			stopping = nil // seen once
-			if cn.cur == nil {
-				return "shutdown"
+			if cn.cur != nil {
+				cn.cur.stop("shutdown")
 			}
-			cn.cur.stop("shutdown")
+		case <-drained:
+			return "shutdown"
 		}
 		if cn.lost {
 			return cn.finish("peer gone")
 		}
-	}
-}
-
-func (cn *conn) srvStopping() bool {
-	select {
-	case <-cn.srv.stopping:
-		return true
-	default:
-		return false
 	}
 }
 
@@ -224,7 +215,7 @@ func (cn *conn) execute(msg *protocol.Message) {
 			fmt.Sprintf("execution %s is still running on this connection; wait for its executed reply (or send verify to end it)", cn.cur.id))
 		return
 	}
-	if cn.srvStopping() {
+	if !cn.srv.admit() {
 		cn.writeError(msg.ID, protocol.CatShuttingDown, "relayd is shutting down and starts no new execution")
 		return
 	}

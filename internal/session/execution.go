@@ -51,7 +51,11 @@ func (s *Server) startExecution(req *protocol.Execute, reqID json.RawMessage, lo
 		done:   make(chan protocol.Executed, 1),
 	}
 	ex.log = log.With().Str("execution", ex.id).Str("program", filepath.Base(req.Command)).Logger()
-	go func() { ex.done <- s.run(ex) }()
+	go func() {
+		res := s.run(ex)
+		ex.done <- res // buffered: the reply is never lost to a slow loop
+		s.ended()
+	}()
 	return ex
 }
 

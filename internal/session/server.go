@@ -53,8 +53,11 @@ type Server struct {
 	nextID   atomic.Uint64
 	idPrefix string
 
+	mu         sync.Mutex
+	running    int           // executions admitted and not yet ended
 	stopping   chan struct{} // closed by Shutdown: stop accepting, settle what runs
-	stopOnce   sync.Once
+	stopped    bool
+	drained    chan struct{}   // closed once stopping and nothing runs: sessions end
 	destroyCtx context.Context // cancelled by Destroy: settle no longer, kill
 	destroy    context.CancelFunc
 
@@ -65,7 +68,7 @@ type Server struct {
 // New returns a Server. It picks the first execution number so that
 // artifacts of an earlier relayd in the same directory are never overwritten.
 func New(cfg Config) *Server {
-	s := &Server{cfg: cfg, log: cfg.Log, stopping: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Log, stopping: make(chan struct{}), drained: make(chan struct{})}
 	s.destroyCtx, s.destroy = context.WithCancel(context.Background())
 	s.nextID.Store(lastArtifact(cfg.ArtifactsDir))
 	return s
@@ -156,7 +159,37 @@ func (s *Server) ServeOne(conn net.Conn) (verified bool) {
 // Shutdown stops accepting, settles every running execution and answers its
 // controller; Serve returns when all sessions are done.
 func (s *Server) Shutdown() {
-	s.stopOnce.Do(func() { close(s.stopping) })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return
+	}
+	s.stopped = true
+	close(s.stopping)
+	if s.running == 0 {
+		close(s.drained)
+	}
+}
+
+// admit counts a new execution in, unless relayd is shutting down.
+func (s *Server) admit() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return false
+	}
+	s.running++
+	return true
+}
+
+// ended counts an execution out once its reply is ready.
+func (s *Server) ended() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.running--
+	if s.stopped && s.running == 0 {
+		close(s.drained)
+	}
 }
 
 // Destroy ends every settlement at once with SIGKILL (a second signal).

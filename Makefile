@@ -1,0 +1,42 @@
+# relayd: make build | run | test | lint | conformance | clean
+GO        ?= go
+VERSION   ?= 0.1.0
+COMMIT    := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS   := -s -w -X main.version=$(VERSION)+$(COMMIT)
+BIN       := bin/relayd
+LISTEN    ?= 127.0.0.1:7700
+RUNDIR    := .run
+SHARED    ?= ../shared
+
+.PHONY: build run test lint conformance clean
+
+## build: a static binary in bin/relayd, version stamped
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/relayd
+
+## run: relayd on $(LISTEN) with a fresh token file, a scratch workspace and readable logs
+run: build
+	@mkdir -p $(RUNDIR)/workspace
+	@umask 077; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > $(RUNDIR)/token
+	@echo "relayd $(VERSION) on $(LISTEN); token in $(RUNDIR)/token (fresh each run), workspace $(RUNDIR)/workspace"
+	@echo "Talk to it from another terminal:"
+	@echo "  T=\$$(cat $(RUNDIR)/token)"
+	@echo "  printf '{\"token\":\"%s\",\"kind\":\"ready\"}\\n' \"\$$T\" | nc -q 1 $(subst :, ,$(LISTEN))"
+	@echo "(README.md has a whole netcat session.) Ctrl-C stops relayd."
+	@exec $(BIN) --listen $(LISTEN) --token-file $(RUNDIR)/token --workspace $(RUNDIR)/workspace --log-format console
+
+## test: every Go test, with the race detector
+test:
+	$(GO) test -race -count=1 ./...
+
+## lint: formatting and vet
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+## conformance: the shared conformance suite against bin/relayd
+conformance: build
+	python3 $(SHARED)/conformance/run.py --relayd $(BIN)
+
+clean:
+	rm -rf bin $(RUNDIR)

@@ -1,0 +1,192 @@
+package protocol
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// frame builds a frame line for payload, with its "\n".
+func frame(token, payload string, padded bool) string {
+	enc := base64.RawURLEncoding
+	if padded {
+		enc = base64.URLEncoding
+	}
+	sum := sha256.Sum256([]byte(payload))
+	return fmt.Sprintf("%s %s %d %s %s\n", FramePrefix, token, len(payload), hex.EncodeToString(sum[:]), enc.EncodeToString([]byte(payload)))
+}
+
+// frameFields builds a frame line from its fields as given.
+func frameFields(length, digest, payload string) string {
+	return FramePrefix + " " + testToken + " " + length + " " + digest + " " + payload + "\n"
+}
+
+func digestOf(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+func counted(category, of string) Diagnostic {
+	return Diagnostic{Category: category, Bytes: int64(len(of)), SHA256: digestOf(of), Counted: true}
+}
+
+func TestParseCarrier(t *testing.T) {
+	const result = `{"kind":"settled","status":"completed"}`
+	good := frame(testToken, result, false)
+	goodDigest := digestOf(result)
+	goodB64 := base64.RawURLEncoding.EncodeToString([]byte(result))
+	// "?>>" is "Pz4+" in the standard alphabet and "Pz4-" in the URL-safe one;
+	// "???" is "Pz8/" and "Pz8_".
+	plus, slash := "?>>", "???"
+
+	// A carrier of exactly CarrierLimit bytes, with a valid frame in it.
+	filler := strings.Repeat("x", CarrierLimit-len(good)-1) + "\n"
+	atLimit := filler + good
+	overLimit := filler + "y" + good
+
+	tests := []struct {
+		name       string
+		carrier    string
+		wantStdout string
+		wantDiag   Diagnostic
+	}{
+		// oversize
+		{"oversize by one", overLimit, "", counted(DiagOversize, overLimit)},
+		{"oversize without a frame", strings.Repeat("z", CarrierLimit+1), "", counted(DiagOversize, strings.Repeat("z", CarrierLimit+1))},
+		{"exactly at the limit", atLimit, result, counted(DiagUnstructured, filler)},
+
+		// missing
+		{"empty carrier", "", "", counted(DiagMissing, "")},
+		{"ordinary output", "hello\nworld\n", "", counted(DiagMissing, "hello\nworld\n")},
+		{"other token", frame("ffffffffffffffffffffffffffffffff", result, false), "", counted(DiagMissing, frame("ffffffffffffffffffffffffffffffff", result, false))},
+		{"not at line start", "say " + good, "", counted(DiagMissing, "say "+good)},
+		{"prefix without trailing space", FramePrefix + " " + testToken + "\n", "", counted(DiagMissing, FramePrefix+" "+testToken+"\n")},
+		{"lower-case prefix", strings.ToLower(FramePrefix) + good[len(FramePrefix):], "", counted(DiagMissing, strings.ToLower(FramePrefix)+good[len(FramePrefix):])},
+		{"after a lone cr is not a line start", "x\r" + good, "", counted(DiagMissing, "x\r"+good)},
+
+		// ambiguous
+		{"two identical frames", good + good, "", counted(DiagAmbiguous, good+good)},
+		{"valid and invalid frame", good + frameFields("1", goodDigest, "x"), "", counted(DiagAmbiguous, good+frameFields("1", goodDigest, "x"))},
+		{"second frame unterminated", good + strings.TrimSuffix(good, "\n"), "", counted(DiagAmbiguous, good+strings.TrimSuffix(good, "\n"))},
+
+		// invalid: field count
+		{"four fields", frameFields("39", goodDigest, "")[:len(frameFields("39", goodDigest, ""))-2] + "\n", "",
+			counted(DiagInvalid, frameFields("39", goodDigest, "")[:len(frameFields("39", goodDigest, ""))-2]+"\n")},
+		{"six fields", frameFields("39", goodDigest, goodB64+" extra"), "", counted(DiagInvalid, frameFields("39", goodDigest, goodB64+" extra"))},
+		{"double space", frameFields("39", goodDigest, " "+goodB64), "", counted(DiagInvalid, frameFields("39", goodDigest, " "+goodB64))},
+		{"trailing space", frameFields("39", goodDigest, goodB64+" "), "", counted(DiagInvalid, frameFields("39", goodDigest, goodB64+" "))},
+		{"tab separated", strings.Replace(good, " 39 ", " 39\t", 1), "", counted(DiagInvalid, strings.Replace(good, " 39 ", " 39\t", 1))},
+		// invalid: length
+		{"length not digits", frameFields("+39", goodDigest, goodB64), "", counted(DiagInvalid, frameFields("+39", goodDigest, goodB64))},
+		{"length empty", frameFields("", goodDigest, goodB64), "", counted(DiagInvalid, frameFields("", goodDigest, goodB64))},
+		{"length wrong", frameFields("38", goodDigest, goodB64), "", counted(DiagInvalid, frameFields("38", goodDigest, goodB64))},
+		{"length huge", frameFields("99999999999999999999999", goodDigest, goodB64), "", counted(DiagInvalid, frameFields("99999999999999999999999", goodDigest, goodB64))},
+		{"payload over MaxPayload", frame(testToken, strings.Repeat("a", MaxPayload+1), false), "", counted(DiagInvalid, frame(testToken, strings.Repeat("a", MaxPayload+1), false))},
+		// invalid: digest
+		{"digest upper case", frameFields("39", strings.ToUpper(goodDigest), goodB64), "", counted(DiagInvalid, frameFields("39", strings.ToUpper(goodDigest), goodB64))},
+		{"digest short", frameFields("39", goodDigest[:63], goodB64), "", counted(DiagInvalid, frameFields("39", goodDigest[:63], goodB64))},
+		{"digest wrong", frameFields("39", digestOf("other"), goodB64), "", counted(DiagInvalid, frameFields("39", digestOf("other"), goodB64))},
+		// invalid: base64
+		{"standard alphabet plus", frameFields("3", digestOf(plus), "Pz4+"), "", counted(DiagInvalid, frameFields("3", digestOf(plus), "Pz4+"))},
+		{"standard alphabet slash", frameFields("3", digestOf(slash), "Pz8/"), "", counted(DiagInvalid, frameFields("3", digestOf(slash), "Pz8/"))},
+		{"padding too short", frameFields("1", digestOf("a"), "YQ="), "", counted(DiagInvalid, frameFields("1", digestOf("a"), "YQ="))},
+		{"padding too long", frameFields("1", digestOf("a"), "YQ==="), "", counted(DiagInvalid, frameFields("1", digestOf("a"), "YQ==="))},
+		{"padding inside", frameFields("2", digestOf("aa"), "YQ==YQ"), "", counted(DiagInvalid, frameFields("2", digestOf("aa"), "YQ==YQ"))},
+		{"impossible length", frameFields("3", digestOf("aaa"), "YWFhY"), "", counted(DiagInvalid, frameFields("3", digestOf("aaa"), "YWFhY"))},
+		{"cr inside payload", frameFields("3", digestOf("aaa"), "YW\rFh"), "", counted(DiagInvalid, frameFields("3", digestOf("aaa"), "YW\rFh"))},
+		{"two cr before lf", strings.TrimSuffix(good, "\n") + "\r\r\n", "", counted(DiagInvalid, strings.TrimSuffix(good, "\n")+"\r\r\n")},
+		// invalid: UTF-8
+		{"payload not UTF-8", frameFields("2", digestOf("\xff\xfe"), "__4"), "", counted(DiagInvalid, frameFields("2", digestOf("\xff\xfe"), "__4"))},
+
+		// unstructured-output: counts of the carrier without the frame line
+		{"output before", "thinking...\n" + good, result, counted(DiagUnstructured, "thinking...\n")},
+		{"output after", good + "bye\n", result, counted(DiagUnstructured, "bye\n")},
+		{"output around, crlf frame", "a\n" + strings.TrimSuffix(good, "\n") + "\r\nb", result, counted(DiagUnstructured, "a\nb")},
+		{"only a blank line besides", good + "\n", result, counted(DiagUnstructured, "\n")},
+		{"other token's frame is output", frame("ffffffffffffffffffffffffffffffff", "x", false) + good, result,
+			counted(DiagUnstructured, frame("ffffffffffffffffffffffffffffffff", "x", false))},
+
+		// none
+		{"frame alone", good, result, NoneDiagnostic()},
+		{"frame alone, crlf", strings.TrimSuffix(good, "\n") + "\r\n", result, NoneDiagnostic()},
+		{"frame alone, no newline", strings.TrimSuffix(good, "\n"), result, NoneDiagnostic()},
+		{"frame alone, cr at the end", strings.TrimSuffix(good, "\n") + "\r", result, NoneDiagnostic()},
+		{"padded", frame(testToken, "ab", true), "ab", NoneDiagnostic()},
+		{"unpadded", frame(testToken, "ab", false), "ab", NoneDiagnostic()},
+		{"url alphabet minus", frameFields("3", digestOf(plus), "Pz4-"), plus, NoneDiagnostic()},
+		{"url alphabet underscore", frameFields("3", digestOf(slash), "Pz8_"), slash, NoneDiagnostic()},
+		{"empty payload", frame(testToken, "", false), "", NoneDiagnostic()},
+		{"length with leading zeros", frameFields("003", digestOf("aaa"), "YWFh"), "aaa", NoneDiagnostic()},
+		{"payload of MaxPayload", frame(testToken, strings.Repeat("é", MaxPayload/2), true), strings.Repeat("é", MaxPayload/2), NoneDiagnostic()},
+		{"payload with newline and NUL", frame(testToken, "a\nb\x00c", false), "a\nb\x00c", NoneDiagnostic()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stdout, diag := ParseCarrier([]byte(tt.carrier), testToken)
+			if stdout != tt.wantStdout {
+				t.Errorf("stdout: got %q; want %q", stdout, tt.wantStdout)
+			}
+			if diag != tt.wantDiag {
+				t.Errorf("diagnostic: got %+v; want %+v", diag, tt.wantDiag)
+			}
+			// The Carrier writer agrees, however the bytes arrive.
+			for _, chunk := range []int{1, 7, 4096, len(tt.carrier) + 1} {
+				c := NewCarrier()
+				for b := []byte(tt.carrier); len(b) > 0; {
+					n := min(chunk, len(b))
+					if w, err := c.Write(b[:n]); w != n || err != nil {
+						t.Fatalf("Write: got %d, %v; want %d, nil", w, err, n)
+					}
+					b = b[n:]
+				}
+				cs, cd := c.Result(testToken)
+				if cs != tt.wantStdout || cd != tt.wantDiag {
+					t.Errorf("Carrier in chunks of %d: got %q, %+v; want %q, %+v", chunk, cs, cd, tt.wantStdout, tt.wantDiag)
+				}
+			}
+		})
+	}
+}
+
+func TestCarrierOversizeCountsEverything(t *testing.T) {
+	c := NewCarrier()
+	h := sha256.New()
+	chunk := bytes.Repeat([]byte("0123456789abcdef"), 4096) // 64 KiB
+	const chunks = 160                                      // 10 MiB in all
+	for i := 0; i < chunks; i++ {
+		if n, err := c.Write(chunk); n != len(chunk) || err != nil {
+			t.Fatalf("Write: got %d, %v; want %d, nil", n, err, len(chunk))
+		}
+		h.Write(chunk)
+	}
+	if cap(c.buf) > CarrierLimit+1 {
+		t.Errorf("bytes held: got capacity %d; want at most %d", cap(c.buf), CarrierLimit+1)
+	}
+	stdout, diag := c.Result(testToken)
+	want := Diagnostic{Category: DiagOversize, Bytes: int64(chunks * len(chunk)), SHA256: hex.EncodeToString(h.Sum(nil)), Counted: true}
+	if stdout != "" || diag != want {
+		t.Errorf("Result: got %q, %+v; want %q, %+v", stdout, diag, "", want)
+	}
+}
+
+func TestCarrierResultWhileWriting(t *testing.T) {
+	c := NewCarrier()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 1000; i++ {
+			c.Write([]byte("noise\n"))
+		}
+	}()
+	for i := 0; i < 100; i++ {
+		c.Result(testToken)
+	}
+	<-done
+	if _, diag := c.Result(testToken); diag.Category != DiagMissing || diag.Bytes != 6000 {
+		t.Errorf("Result: got %+v; want %s with 6000 bytes", diag, DiagMissing)
+	}
+}

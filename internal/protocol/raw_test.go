@@ -1,0 +1,51 @@
+package protocol
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestRawCapture(t *testing.T) {
+	tests := []struct {
+		name          string
+		max           int
+		writes        []string
+		wantStdout    string
+		wantTruncated bool
+	}{
+		{"nothing written", 5, nil, "", false},
+		{"under max", 5, []string{"abc"}, "abc", false},
+		{"exactly max", 5, []string{"abcde"}, "abcde", false},
+		{"exactly max in pieces", 5, []string{"ab", "", "cde"}, "abcde", false},
+		{"max plus one", 5, []string{"abcdef"}, "abcde", true},
+		{"max plus one in pieces", 5, []string{"abcde", "f"}, "abcde", true},
+		{"empty write after max", 5, []string{"abcde", ""}, "abcde", false},
+		{"far over max", 5, []string{"abc", strings.Repeat("x", 1<<20), "y"}, "abcxx", true},
+		{"invalid UTF-8 replaced", 10, []string{"a\xffb\xc0"}, "a\uFFFDb\uFFFD", false},
+		{"each invalid byte replaced", 10, []string{"\xff\xfe"}, "\uFFFD\uFFFD", false},
+		{"valid multi-byte kept", 10, []string{"é€😀"}, "é€😀", false},
+		{"character cut by the limit", 2, []string{"aé"}, "a\uFFFD", true},
+		{"NUL kept", 10, []string{"a\x00b"}, "a\x00b", false},
+		{"discard: max 0, nothing written", 0, nil, "", false},
+		{"discard: max 0, empty write", 0, []string{""}, "", false},
+		{"discard: max 0, output", 0, []string{"x"}, "", true},
+		{"negative max is 0", -1, []string{"x"}, "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := NewRawCapture(tt.max)
+			for _, w := range tt.writes {
+				if n, err := r.Write([]byte(w)); n != len(w) || err != nil {
+					t.Fatalf("Write: got %d, %v; want %d, nil", n, err, len(w))
+				}
+			}
+			stdout, truncated := r.Result()
+			if stdout != tt.wantStdout || truncated != tt.wantTruncated {
+				t.Errorf("Result: got %q, %v; want %q, %v", stdout, truncated, tt.wantStdout, tt.wantTruncated)
+			}
+			if max := max(tt.max, 0); cap(r.buf) > max {
+				t.Errorf("bytes held: got capacity %d; want at most %d", cap(r.buf), max)
+			}
+		})
+	}
+}
