@@ -2,7 +2,7 @@ package main
 
 import (
 	"fmt"
-	"os"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -75,10 +75,8 @@ func parseFlags(args []string, getenv func(string) string) (options, *pflag.Flag
 	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "log format: json or console")
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "log level: debug, info, warn or error")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
-	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: relayd [flags]\n\nEvery flag has an environment twin: --term-grace is %s.\n\n%s",
-			envName("term-grace"), fs.FlagUsages())
-	}
+	fs.SetOutput(io.Discard) // run prints usage for --help; errors are one line
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		return o, fs, err
 	}

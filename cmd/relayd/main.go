@@ -66,12 +66,14 @@ func main() {
 const maxInstructionBytes = 8 << 20
 
 func run(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	o, _, err := parseFlags(args, getenv)
+	o, fs, err := parseFlags(args, getenv)
 	if errors.Is(err, pflag.ErrHelp) {
+		fmt.Fprintf(stdout, "Usage: relayd [flags]\n\nEvery flag has an environment twin: --term-grace is %s.\n\n%s",
+			envName("term-grace"), fs.FlagUsages())
 		return nil
 	}
 	if err != nil {
-		return &exitError{exitUsage, err}
+		return &exitError{exitUsage, fmt.Errorf("%v (relayd --help lists the flags)", err)}
 	}
 	if o.version {
 		fmt.Fprintf(stdout, "relayd %s (protocol 1)\n", version)
@@ -98,6 +100,13 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		if err := env.CheckDir(o.artifactsDir); err != nil {
 			return &exitError{exitUsage, fmt.Errorf("--artifacts-dir: %v", err)}
 		}
+	}
+	var ln net.Listener
+	if o.connect == "" {
+		if ln, err = net.Listen("tcp", o.listen); err != nil {
+			return &exitError{exitUsage, fmt.Errorf("--listen %s: %v", o.listen, err)}
+		}
+		defer ln.Close()
 	}
 	log := newLogger(o, stderr)
 
@@ -159,10 +168,6 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 
 	if o.connect != "" {
 		return dialOut(ctx, o, srv, log, stopped)
-	}
-	ln, err := net.Listen("tcp", o.listen)
-	if err != nil {
-		return &exitError{exitUsage, fmt.Errorf("--listen %s: %v", o.listen, err)}
 	}
 	log.Info().Str("addr", ln.Addr().String()).Str("version", version).Str("workspace", workspace).Msg("listening")
 	if err := srv.Serve(ln); err != nil {

@@ -40,6 +40,9 @@ func NewTracker(ctx context.Context, reaper *Reaper, interval time.Duration) *Tr
 		scopes:     make(map[*pgScope]struct{}),
 		attributed: make(map[Member]bool),
 	}
+	if root := faultProcRoot(); root != "" {
+		t.procRoot = root
+	}
 	go t.run(ctx, interval)
 	return t
 }

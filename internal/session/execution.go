@@ -227,14 +227,15 @@ func (s *Server) run(ex *execution) protocol.Executed {
 	ex.log.Info().Str("reason", reason).Msg("settling scope")
 	res.Termination = protocol.FrameworkTimeout
 	res.ExitCode = protocol.ExitFramework
+	teardownBy := time.Now().Add(s.cfg.TeardownTimeout)
 	outcome := teardown.Settle(s.destroyCtx, scope, teardown.Options{
-		Grace: s.cfg.TermGrace, Deadline: time.Now().Add(s.cfg.TeardownTimeout)})
+		Grace: s.cfg.TermGrace, Deadline: teardownBy.Add(-destroyReserve(s.cfg.TeardownTimeout))})
 	if outcome.Confirmed {
 		res.Settlement = protocol.SettleSettled
 		subj.CutStdout(cutLimit)
 		out.fill(&res, req.ResultToken, false)
 	} else {
-		res.Settlement = s.destroyScope(ex, scope, outcome)
+		res.Settlement = s.destroyScope(ex, scope, outcome, teardownBy)
 		subj.CutStdout(0)
 		out.fill(&res, req.ResultToken, true)
 	}
@@ -245,7 +246,7 @@ func (s *Server) run(ex *execution) protocol.Executed {
 // destroyScope is the fallback when a settlement lacked evidence: SIGKILL
 // every process the scope can see and look once more. A second shutdown
 // signal comes here at once.
-func (s *Server) destroyScope(ex *execution, scope exec.Scope, outcome teardown.Outcome) string {
+func (s *Server) destroyScope(ex *execution, scope exec.Scope, outcome teardown.Outcome, deadline time.Time) string {
 	s.unconfirmed.Store(true)
 	ev := ex.log.Error().Int("remaining", len(outcome.Remaining)).Dur("elapsed", outcome.Elapsed)
 	if outcome.Err != nil {
@@ -253,11 +254,21 @@ func (s *Server) destroyScope(ex *execution, scope exec.Scope, outcome teardown.
 	}
 	ev.Msg("settlement not confirmed; killing what the scope can see")
 	_ = teardown.Kill(scope)
-	after := teardown.Settle(context.Background(), scope, teardown.Options{Deadline: time.Now().Add(100 * time.Millisecond)})
+	last := time.Now().Add(destroyReserve(s.cfg.TeardownTimeout))
+	if last.After(deadline) {
+		last = deadline
+	}
+	after := teardown.Settle(context.Background(), scope, teardown.Options{Deadline: last})
 	if after.Confirmed {
 		return protocol.SettleDestroyed
 	}
 	return protocol.SettleFailed
+}
+
+// destroyReserve is the part of the teardown deadline kept for destroy's
+// last look: a fifth of it, at most 200ms.
+func destroyReserve(teardown time.Duration) time.Duration {
+	return min(teardown/5, 200*time.Millisecond)
 }
 
 // describe turns members into survivors, leaving out the subject itself.

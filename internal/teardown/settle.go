@@ -15,6 +15,13 @@ import (
 	"github.com/relayd/relayd/internal/exec"
 )
 
+// Scope is what settling needs of a scope (internal/exec implements it):
+// a complete look at its members, and a signal to each of them.
+type Scope interface {
+	Members() ([]exec.Member, error)
+	Signal(sig syscall.Signal) error
+}
+
 // Outcome is what a settlement achieved.
 type Outcome struct {
 	// Confirmed is true only when two consecutive complete looks found no
@@ -46,7 +53,7 @@ const (
 // scope to empty, then SIGKILL (again on every look, so that late forks die
 // too) until the scope is confirmed empty or opts.Deadline passes. ctx ends
 // it early (a second shutdown signal): what is confirmed by then is reported.
-func Settle(ctx context.Context, scope exec.Scope, opts Options) Outcome {
+func Settle(ctx context.Context, scope Scope, opts Options) Outcome {
 	began := time.Now()
 	out := Outcome{}
 	graceEnd := began.Add(opts.Grace)
@@ -112,6 +119,6 @@ func Settle(ctx context.Context, scope exec.Scope, opts Options) Outcome {
 
 // Kill sends SIGKILL to every member the scope can see, once, without
 // waiting: the last resort when settling could not be confirmed.
-func Kill(scope exec.Scope) error {
+func Kill(scope Scope) error {
 	return scope.Signal(syscall.SIGKILL)
 }

@@ -1,0 +1,539 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+var (
+	relaydBin string // the relayd under test
+	faultBin  string // the same, built with the relayd_faults tag (test seams)
+)
+
+func TestMain(m *testing.M) {
+	// The test process is a child subreaper: anything relayd leaves behind
+	// when it exits comes here, so the leak check below can see it.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: cannot become a child subreaper:", err)
+		os.Exit(1)
+	}
+	dir, err := os.MkdirTemp("", "relayd-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	relaydBin = filepath.Join(dir, "relayd")
+	faultBin = filepath.Join(dir, "relayd-faults")
+	if err := build(relaydBin); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if err := build(faultBin, "-tags", "relayd_faults"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if leaks := leftovers(); len(leaks) > 0 {
+		fmt.Fprintf(os.Stderr, "e2e: processes left behind by the tests (now killed): %v\n", leaks)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// build compiles relayd, with the race detector when cgo is available.
+func build(out string, extra ...string) error {
+	args := append([]string{"build", "-o", out}, extra...)
+	if raceOK() {
+		args = append(args, "-race")
+	}
+	args = append(args, "../cmd/relayd")
+	cmd := exec.Command("go", args...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("building relayd: %w", err)
+	}
+	return nil
+}
+
+func raceOK() bool {
+	if os.Getenv("RELAYD_E2E_NORACE") != "" {
+		return false
+	}
+	_, err := exec.LookPath("gcc")
+	return err == nil
+}
+
+// leftovers kills and lists the live processes reparented to the test
+// process: escapees that outlived their relayd.
+func leftovers() []string {
+	self := os.Getpid()
+	var out []string
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		out = out[:0]
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			ppid, state, ok := statOf(pid)
+			if !ok || ppid != self || state == 'Z' {
+				continue
+			}
+			out = append(out, fmt.Sprintf("%d %q", pid, cmdline(pid)))
+		}
+		if len(out) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, l := range out {
+		pid, _ := strconv.Atoi(strings.Fields(l)[0])
+		_ = syscall.Kill(pid, syscall.SIGKILL) // our own child: reparented to us
+	}
+	// Reap what we were given, so the process table stays clean.
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if pid <= 0 || err != nil {
+			break
+		}
+	}
+	return out
+}
+
+func statOf(pid int) (ppid int, state byte, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0, 0, false
+	}
+	f := strings.Fields(string(b[i+2:]))
+	if len(f) < 2 {
+		return 0, 0, false
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	return ppid, f[0][0], true
+}
+
+func cmdline(pid int) string {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+}
+
+// alive is true while pid exists and is not a zombie.
+func alive(pid int) bool {
+	_, state, ok := statOf(pid)
+	return ok && state != 'Z' && state != 'X'
+}
+
+// waitFor polls cond until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// daemon is one relayd under test.
+type daemon struct {
+	t         *testing.T
+	cmd       *exec.Cmd
+	dir       string
+	workspace string
+	token     string
+	addr      string
+	logs      *syncBuffer
+	exited    chan struct{}
+	exitCode  int
+	pidFiles  []string
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type opts struct {
+	args    []string
+	env     []string // extra environment for relayd
+	bin     string
+	noStart bool // build the command only
+}
+
+func newToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return "tok-" + hex.EncodeToString(b)
+}
+
+// startRelayd starts relayd on a free loopback port with a fresh token file
+// and workspace, and waits until it logs its address.
+func startRelayd(t *testing.T, o opts) *daemon {
+	t.Helper()
+	d := prepare(t, o)
+	d.start()
+	return d
+}
+
+func prepare(t *testing.T, o opts) *daemon {
+	t.Helper()
+	dir := t.TempDir()
+	d := &daemon{t: t, dir: dir, workspace: filepath.Join(dir, "workspace"), token: newToken(),
+		logs: &syncBuffer{}, exited: make(chan struct{})}
+	if err := os.Mkdir(d.workspace, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(d.token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := o.bin
+	if bin == "" {
+		bin = relaydBin
+	}
+	args := []string{"--listen", "127.0.0.1:0", "--token-file", tokenFile, "--workspace", d.workspace,
+		"--term-grace", "300ms", "--teardown-timeout", "3s"}
+	args = append(args, o.args...)
+	d.cmd = exec.Command(bin, args...)
+	d.cmd.Dir = dir
+	d.cmd.Env = append(cleanEnv(), o.env...)
+	d.cmd.Stdout = d.logs
+	d.cmd.Stderr = d.logs
+	t.Cleanup(d.cleanup)
+	return d
+}
+
+func cleanEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "RELAYD_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func (d *daemon) start() {
+	t := d.t
+	t.Helper()
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		err := d.cmd.Wait()
+		d.exitCode = 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			d.exitCode = ee.ExitCode()
+		} else if err != nil {
+			d.exitCode = -1
+		}
+		close(d.exited)
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for d.addr == "" {
+		select {
+		case <-d.exited:
+			t.Fatalf("relayd exited with %d at start: %s", d.exitCode, d.logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("relayd did not log its address within 20s: %s", d.logs.String())
+		}
+		for _, line := range strings.Split(d.logs.String(), "\n") {
+			var rec struct {
+				Message string `json:"message"`
+				Addr    string `json:"addr"`
+			}
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Message == "listening" {
+				d.addr = rec.Addr
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// pidFile names a file in the test's directory where a subject writes a pid;
+// the test's cleanup kills whatever pid it holds.
+func (d *daemon) pidFile(name string) string {
+	p := filepath.Join(d.dir, name)
+	d.pidFiles = append(d.pidFiles, p)
+	return p
+}
+
+func (d *daemon) cleanup() {
+	if d.cmd.Process != nil {
+		select {
+		case <-d.exited:
+		default:
+			_ = d.cmd.Process.Signal(syscall.SIGKILL)
+			<-d.exited
+		}
+	}
+	for _, p := range d.pidFiles {
+		for _, pid := range readPids(p) {
+			if alive(pid) {
+				_ = syscall.Kill(pid, syscall.SIGKILL) // written by our own subject
+			}
+		}
+	}
+	if d.t.Failed() {
+		d.t.Logf("relayd log:\n%s", tail(d.logs.String(), 6000))
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+func readPids(path string) []int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, w := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(w); err == nil && pid > 1 {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// waitPid waits for a pid file to hold a pid and returns it.
+func waitPid(t *testing.T, path string) int {
+	t.Helper()
+	var pid int
+	waitFor(t, 10*time.Second, "pid file "+filepath.Base(path), func() bool {
+		pids := readPids(path)
+		if len(pids) == 0 {
+			return false
+		}
+		pid = pids[0]
+		return true
+	})
+	return pid
+}
+
+// stop sends SIGTERM and returns relayd's exit status.
+func (d *daemon) stop() int {
+	d.t.Helper()
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	return d.wait(15 * time.Second)
+}
+
+func (d *daemon) wait(timeout time.Duration) int {
+	d.t.Helper()
+	select {
+	case <-d.exited:
+		return d.exitCode
+	case <-time.After(timeout):
+		d.t.Fatalf("relayd did not exit within %s", timeout)
+		return -1
+	}
+}
+
+// stopClean asserts the clean shutdown that ends every test: SIGTERM, exit 0.
+func (d *daemon) stopClean() {
+	d.t.Helper()
+	if code := d.stop(); code != 0 {
+		d.t.Fatalf("relayd exited %d after SIGTERM; want 0", code)
+	}
+}
+
+// client is one controller connection.
+type client struct {
+	t     *testing.T
+	c     net.Conn
+	r     *bufio.Reader
+	token string
+}
+
+func (d *daemon) dial() *client {
+	d.t.Helper()
+	c, err := net.DialTimeout("tcp", d.addr, 5*time.Second)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	cl := &client{t: d.t, c: c, r: bufio.NewReaderSize(c, 1<<20), token: d.token}
+	d.t.Cleanup(func() { c.Close() })
+	return cl
+}
+
+// connect dials and does the ready handshake.
+func (d *daemon) connect() *client {
+	d.t.Helper()
+	cl := d.dial()
+	r := cl.request(msg{"kind": "ready"})
+	if r["kind"] != "ready" {
+		d.t.Fatalf("handshake: got %v; want ready", r)
+	}
+	return cl
+}
+
+type msg = map[string]any
+
+func (cl *client) send(m msg) {
+	cl.t.Helper()
+	if _, ok := m["token"]; !ok {
+		m["token"] = cl.token
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		cl.t.Fatal(err)
+	}
+	cl.sendRaw(append(b, '\n'))
+}
+
+func (cl *client) sendRaw(b []byte) {
+	cl.t.Helper()
+	_ = cl.c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, err := cl.c.Write(b); err != nil {
+		cl.t.Fatalf("write: %v", err)
+	}
+}
+
+// read returns the next reply, or nil when the connection ended.
+func (cl *client) read(timeout time.Duration) msg {
+	cl.t.Helper()
+	_ = cl.c.SetReadDeadline(time.Now().Add(timeout))
+	line, err := cl.r.ReadBytes('\n')
+	if err != nil {
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			cl.t.Fatalf("no reply within %s", timeout)
+		}
+		return nil
+	}
+	var m msg
+	d := json.NewDecoder(bytes.NewReader(line))
+	d.UseNumber()
+	if err := d.Decode(&m); err != nil {
+		cl.t.Fatalf("reply is not JSON: %q", line)
+	}
+	return m
+}
+
+func (cl *client) request(m msg) msg {
+	cl.t.Helper()
+	cl.send(m)
+	r := cl.read(30 * time.Second)
+	if r == nil {
+		cl.t.Fatalf("connection closed instead of a reply to %v", m["kind"])
+	}
+	return r
+}
+
+// sh runs a shell script as the subject and returns the executed reply.
+func (cl *client) sh(script string, extra msg) msg {
+	cl.t.Helper()
+	m := msg{"kind": "execute", "command": "/bin/sh", "args": []string{"-c", script}}
+	for k, v := range extra {
+		m[k] = v
+	}
+	r := cl.request(m)
+	if r["kind"] != "executed" {
+		cl.t.Fatalf("got %v; want executed", r)
+	}
+	return r
+}
+
+// closedByPeer reports whether relayd closed the connection within timeout.
+func (cl *client) closedByPeer(timeout time.Duration) bool {
+	_ = cl.c.SetReadDeadline(time.Now().Add(timeout))
+	for {
+		if _, err := cl.r.ReadBytes('\n'); err != nil {
+			ne, ok := err.(net.Error)
+			return !(ok && ne.Timeout())
+		}
+	}
+}
+
+func num(t *testing.T, m msg, field string) int64 {
+	t.Helper()
+	n, ok := m[field].(json.Number)
+	if !ok {
+		t.Fatalf("%s = %v (%T); want a number in %v", field, m[field], m[field], m)
+	}
+	v, err := n.Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// wantExit checks termination and exit code.
+func wantExit(t *testing.T, r msg, termination string, code int64) {
+	t.Helper()
+	if r["termination"] != termination || num(t, r, "exitCode") != code {
+		t.Fatalf("got termination %v exitCode %v; want %s %d (reply %v)", r["termination"], r["exitCode"], termination, code, r)
+	}
+}
+
+func survivorPids(t *testing.T, r msg) []int {
+	t.Helper()
+	list, ok := r["survivors"].([]any)
+	if !ok {
+		t.Fatalf("survivors = %v; want an array", r["survivors"])
+	}
+	var out []int
+	for _, s := range list {
+		p, _ := s.(map[string]any)["pid"].(json.Number).Int64()
+		out = append(out, int(p))
+	}
+	return out
+}
+
+func contains(list []int, v int) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// q quotes a path for a shell script.
+func q(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+

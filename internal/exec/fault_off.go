@@ -1,0 +1,8 @@
+//go:build !relayd_faults
+
+package exec
+
+// faultProcRoot is a test seam: only a binary built with the relayd_faults
+// tag can point the process tracker at another /proc. Production builds
+// cannot reach it.
+func faultProcRoot() string { return "" }

@@ -1,0 +1,221 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+	"testing/iotest"
+	"unicode/utf8"
+)
+
+// modelLines is the LineReader's contract written the simple way, on a
+// whole input at once.
+func modelLines(data []byte, max int) ([]string, error) {
+	var lines []string
+	for {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			if len(data) > max+1 {
+				return lines, ErrLineTooLong
+			}
+			return lines, io.EOF
+		}
+		line := bytes.TrimSuffix(data[:i], []byte("\r"))
+		data = data[i+1:]
+		if len(line) > max {
+			return lines, ErrLineTooLong
+		}
+		if len(line) > 0 {
+			lines = append(lines, string(line))
+		}
+	}
+}
+
+func FuzzLineReader(f *testing.F) {
+	f.Add([]byte("a\nbc\r\n\n\r\nd"), uint16(4))
+	f.Add([]byte("abcde\n"), uint16(4))
+	f.Add([]byte("abcd\r\n"), uint16(4))
+	f.Add([]byte("abcd\rx\n"), uint16(4))
+	f.Add([]byte("\r\r\r\n\x00\n"), uint16(1))
+	f.Add([]byte(strings.Repeat("x", 600)+"\n"), uint16(599))
+	f.Add([]byte(`{"token":"T","kind":"ready"}`+"\n"), uint16(1024))
+	f.Fuzz(func(t *testing.T, data []byte, max16 uint16) {
+		max := int(max16)%1000 + 1
+		wantLines, wantErr := modelLines(data, max)
+		for _, wrap := range []func(io.Reader) io.Reader{
+			func(r io.Reader) io.Reader { return r },
+			iotest.OneByteReader,
+			iotest.HalfReader,
+			iotest.DataErrReader,
+		} {
+			lr := NewLineReader(wrap(bytes.NewReader(data)), max)
+			got, err := readAll(lr)
+			if !equalStrings(got, wantLines) || err != wantErr {
+				t.Fatalf("ReadLine with max %d: got %q, %v; want %q, %v", max, got, err, wantLines, wantErr)
+			}
+			if cap(lr.line) > max+1 {
+				t.Fatalf("held line capacity: got %d; want at most %d", cap(lr.line), max+1)
+			}
+		}
+	})
+}
+
+var knownDecodeCategories = map[string]bool{CatBadJSON: true, CatBadRequest: true}
+
+func FuzzDecode(f *testing.F) {
+	for _, seed := range []string{
+		`{"token":"T","kind":"ready"}`,
+		`{"token":"T","kind":"verify","id":"v"}`,
+		`{"token":"T","kind":"execute","id":7,"command":"/usr/local/bin/agent","args":["--task","solve"],` +
+			`"environment":{"LANG":"C.UTF-8"},"credentials":{"OPENAI_API_KEY":"sk-..."},` +
+			`"resultToken":"0123456789abcdef0123456789abcdef","captureStdout":true,"cwd":"/workspace","timeoutMs":1800000}`,
+		`{"command":"x","timeoutMs":1e400}`,
+		`{"command":"x","timeoutMs":1e-400}`,
+		`{"command":"x","timeoutMs":-0.0e+0}`,
+		`{"command":"x","timeoutMs":9223372036854.000}`,
+		`{"command":"x","timeoutMs":123456789012345678901234567890e-17}`,
+		`{"id":1e99999999999999999999}`,
+		`{"command":"x\u0000","args":["\u0000"],"environment":{"A\u0000":"\u0000"}}`,
+		"{\"kind\":\"\x00\"}",
+		"{\"kind\":\"\xff\xfe\"}",
+		`{"command":"x","environment":{"A":"1"},"credentials":{"A":"2","MAKA_EVAL_RESULT_TOKEN":"3"}}`,
+		`{"command":"x","args":null,"environment":null,"cwd":null,"id":null}`,
+		`{"id":{},"token":"T"}`,
+		`[1,2,3]`,
+		`null`,
+		``,
+		`{"a":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`,
+		`{"a":` + strings.Repeat(`{"a":`, 5000) + `1` + strings.Repeat("}", 5001),
+		`{"command":"\ud800","environment":{"\udfff":"x"}}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		m, e := Decode(line)
+		if e != nil {
+			if !knownDecodeCategories[e.Category] || e.Message == "" {
+				t.Fatalf("Decode: got error %q, %q; want a known category and a message", e.Category, e.Message)
+			}
+			if (e.Category == CatBadJSON) != (m == nil) {
+				t.Fatalf("Decode: got message %v with category %q; want a message exactly when the line is an object", m, e.Category)
+			}
+		} else if m == nil {
+			t.Fatalf("Decode: got no message and no error")
+		}
+		if m == nil {
+			return
+		}
+		if m.ID != nil {
+			if k := jsonKind(m.ID); k != kindString && k != kindNumber {
+				t.Fatalf("ID: got %s; want a string or a number", m.ID)
+			}
+			if _, err := json.Marshal(ErrorReply{Kind: "error", ID: m.ID, Error: &Error{}}); err != nil {
+				t.Fatalf("echoing ID %s: got error %v; want none", m.ID, err)
+			}
+		}
+		if m.HasToken == false && m.Token != "" {
+			t.Fatalf("Token without HasToken: got %q", m.Token)
+		}
+		x, e := m.Execute()
+		if e != nil {
+			if x != nil || e.Category != CatBadRequest || !strings.HasPrefix(e.Message, "execute: ") {
+				t.Fatalf("Execute: got %+v, %q, %q; want nil, %q, \"execute: ...\"", x, e.Category, e.Message, CatBadRequest)
+			}
+			return
+		}
+		if x.Command == "" || strings.Contains(x.Command, "\x00") || strings.Contains(x.Cwd, "\x00") {
+			t.Fatalf("Execute: got command %q, cwd %q; want non-empty and no NUL", x.Command, x.Cwd)
+		}
+		if x.Args == nil || x.Environment == nil || x.Credentials == nil {
+			t.Fatalf("Execute: got nil args, environment or credentials: %+v", x)
+		}
+		for _, a := range x.Args {
+			if strings.Contains(a, "\x00") {
+				t.Fatalf("Execute: got an arg with NUL: %q", a)
+			}
+		}
+		for _, vars := range []map[string]string{x.Environment, x.Credentials} {
+			for n, v := range vars {
+				if !isVariableName(n) || n == resultTokenVar || strings.Contains(v, "\x00") {
+					t.Fatalf("Execute: got variable %q with a bad name or value", n)
+				}
+			}
+		}
+		for n := range x.Credentials {
+			if _, ok := x.Environment[n]; ok {
+				t.Fatalf("Execute: got %q in both environment and credentials", n)
+			}
+		}
+		if x.ResultToken != "" && !isResultToken(x.ResultToken) {
+			t.Fatalf("Execute: got resultToken %q", x.ResultToken)
+		}
+		if x.TimeoutMs < 0 || x.TimeoutMs > maxTimeoutMs {
+			t.Fatalf("Execute: got timeoutMs %d", x.TimeoutMs)
+		}
+	})
+}
+
+var knownCarrierCategories = map[string]bool{
+	DiagNone: true, DiagOversize: true, DiagMissing: true, DiagAmbiguous: true, DiagInvalid: true, DiagUnstructured: true,
+}
+
+func FuzzParseCarrier(f *testing.F) {
+	good := frame(testToken, `{"kind":"settled"}`, false)
+	f.Add([]byte(good), []byte(`{"kind":"settled","status":"completed"}`), false)
+	f.Add([]byte("noise\n"+good+"more"), []byte("é€😀"), true)
+	f.Add([]byte(good[:len(good)/2]), []byte(""), false)
+	f.Add([]byte(good+good), []byte("a\nb\r\nc\x00"), true)
+	f.Add([]byte(strings.TrimSuffix(good, "\n")+"\r\n"), []byte("?>>???"), false)
+	f.Add([]byte(frameFields("99999999999999999999", digestOf(""), "")), []byte("x"), false)
+	f.Add([]byte(frameFields("2", digestOf("\xff\xfe"), "__4")), []byte("\xff\xfe"), false)
+	f.Add([]byte(frameFields("3", digestOf("?>>"), "Pz4+")), []byte(strings.Repeat("z", MaxPayload)), true)
+	f.Add([]byte(FramePrefix+" "+testToken+" "), []byte(strings.Repeat("z", MaxPayload+1)), false)
+	f.Add([]byte("\x00\xff\r\r\n\n"), []byte("\x00"), true)
+	f.Fuzz(func(t *testing.T, carrier, payload []byte, padded bool) {
+		stdout, diag := ParseCarrier(carrier, testToken)
+		if !knownCarrierCategories[diag.Category] {
+			t.Fatalf("ParseCarrier: got category %q", diag.Category)
+		}
+		if (diag.Category == DiagNone) == diag.Counted {
+			t.Fatalf("ParseCarrier: got %+v; want counts exactly when the category is not none", diag)
+		}
+		if stdout != "" && diag.Category != DiagNone && diag.Category != DiagUnstructured {
+			t.Fatalf("ParseCarrier: got stdout %q with category %q", stdout, diag.Category)
+		}
+		if !utf8.ValidString(stdout) || len(stdout) > MaxPayload || diag.Bytes > int64(len(carrier)) {
+			t.Fatalf("ParseCarrier: got stdout %q, %+v from %d bytes", stdout, diag, len(carrier))
+		}
+		c := NewCarrier()
+		c.Write(carrier)
+		if cs, cd := c.Result(testToken); cs != stdout || cd != diag {
+			t.Fatalf("Carrier.Result: got %q, %+v; want %q, %+v", cs, cd, stdout, diag)
+		}
+
+		// A frame made from any valid payload round-trips.
+		if len(payload) > MaxPayload || !utf8.Valid(payload) {
+			return
+		}
+		line := frame(testToken, string(payload), padded)
+		if got, d := ParseCarrier([]byte(line), testToken); got != string(payload) || d != NoneDiagnostic() {
+			t.Fatalf("ParseCarrier(frame of %q): got %q, %+v; want the payload, none", payload, got, d)
+		}
+		// With the fuzzed carrier as other output before it, when that holds
+		// no frame line of its own and the whole fits.
+		noise := append([]byte(nil), carrier...)
+		if len(noise) > 0 && noise[len(noise)-1] != '\n' {
+			noise = append(noise, '\n')
+		}
+		prefix := []byte(FramePrefix + " " + testToken + " ")
+		if bytes.HasPrefix(noise, prefix) || bytes.Contains(noise, append([]byte("\n"), prefix...)) ||
+			len(noise)+len(line) > CarrierLimit || len(noise) == 0 {
+			return
+		}
+		got, d := ParseCarrier(append(noise, line...), testToken)
+		want := counted(DiagUnstructured, string(noise))
+		if got != string(payload) || d != want {
+			t.Fatalf("ParseCarrier(noise + frame): got %q, %+v; want %q, %+v", got, d, payload, want)
+		}
+	})
+}
