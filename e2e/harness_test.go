@@ -536,4 +536,3 @@ func contains(list []int, v int) bool {
 
 // q quotes a path for a shell script.
 func q(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
