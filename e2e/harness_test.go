@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -40,6 +41,10 @@ func TestMain(m *testing.M) {
 	}
 	relaydBin = filepath.Join(dir, "relayd")
 	faultBin = filepath.Join(dir, "relayd-faults")
+	flag.Parse()
+	if f := flag.Lookup("test.bench"); f != nil && f.Value.String() != "" {
+		os.Setenv("RELAYD_E2E_NORACE", "1") // measure relayd, not the race detector
+	}
 	if err := build(relaydBin); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -151,7 +156,7 @@ func alive(pid int) bool {
 }
 
 // waitFor polls cond until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
@@ -164,7 +169,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 
 // daemon is one relayd under test.
 type daemon struct {
-	t         *testing.T
+	t         testing.TB
 	cmd       *exec.Cmd
 	dir       string
 	workspace string
@@ -208,14 +213,14 @@ func newToken() string {
 
 // startRelayd starts relayd on a free loopback port with a fresh token file
 // and workspace, and waits until it logs its address.
-func startRelayd(t *testing.T, o opts) *daemon {
+func startRelayd(t testing.TB, o opts) *daemon {
 	t.Helper()
 	d := prepare(t, o)
 	d.start()
 	return d
 }
 
-func prepare(t *testing.T, o opts) *daemon {
+func prepare(t testing.TB, o opts) *daemon {
 	t.Helper()
 	dir := t.TempDir()
 	d := &daemon{t: t, dir: dir, workspace: filepath.Join(dir, "workspace"), token: newToken(),
@@ -343,7 +348,7 @@ func readPids(path string) []int {
 }
 
 // waitPid waits for a pid file to hold a pid and returns it.
-func waitPid(t *testing.T, path string) int {
+func waitPid(t testing.TB, path string) int {
 	t.Helper()
 	var pid int
 	waitFor(t, 10*time.Second, "pid file "+filepath.Base(path), func() bool {
@@ -385,7 +390,7 @@ func (d *daemon) stopClean() {
 
 // client is one controller connection.
 type client struct {
-	t     *testing.T
+	t     testing.TB
 	c     net.Conn
 	r     *bufio.Reader
 	token string
@@ -490,7 +495,7 @@ func (cl *client) closedByPeer(timeout time.Duration) bool {
 	}
 }
 
-func num(t *testing.T, m msg, field string) int64 {
+func num(t testing.TB, m msg, field string) int64 {
 	t.Helper()
 	n, ok := m[field].(json.Number)
 	if !ok {
@@ -504,14 +509,14 @@ func num(t *testing.T, m msg, field string) int64 {
 }
 
 // wantExit checks termination and exit code.
-func wantExit(t *testing.T, r msg, termination string, code int64) {
+func wantExit(t testing.TB, r msg, termination string, code int64) {
 	t.Helper()
 	if r["termination"] != termination || num(t, r, "exitCode") != code {
 		t.Fatalf("got termination %v exitCode %v; want %s %d (reply %v)", r["termination"], r["exitCode"], termination, code, r)
 	}
 }
 
-func survivorPids(t *testing.T, r msg) []int {
+func survivorPids(t testing.TB, r msg) []int {
 	t.Helper()
 	list, ok := r["survivors"].([]any)
 	if !ok {
