@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -298,4 +299,35 @@ func TestRule7SettlementBounded(t *testing.T) {
 		t.Fatalf("the session did not go on: %v", r)
 	}
 	d.stop()
+}
+
+// Rule 6.6: scope setup failure touches nothing. With scope setup faulted
+// (a seam only the test build has), the reply is 111,
+// execution-scope-unavailable, with nothing run and nothing signalled.
+func TestRule6ScopeSetupFailureTouchesNothing(t *testing.T) {
+	d := startRelayd(t, opts{bin: faultBin, env: []string{"RELAYD_FAULT_SCOPE_SETUP=1"}})
+	marker := filepath.Join(d.dir, "ran")
+	c := d.connect()
+	for _, extra := range []msg{{}, {"resultToken": strings.Repeat("ab", 16)}} {
+		r := c.sh("touch "+q(marker), extra)
+		wantExit(t, r, "exited", 111)
+		diag := r["diagnostic"].(map[string]any)
+		want := msg{"category": "execution-scope-unavailable", "bytes": json.Number("0"),
+			"sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}
+		for k, v := range want {
+			if diag[k] != v {
+				t.Fatalf("diagnostic %v; want %v", diag, want)
+			}
+		}
+		if r["stdout"] != "" || r["settlement"] != "none" {
+			t.Fatalf("stdout %q settlement %v; want \"\" and none", r["stdout"], r["settlement"])
+		}
+		if det, _ := r["detail"].(string); det == "" {
+			t.Fatal("no detail saying why the scope failed")
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the subject ran although its scope could not be set up")
+	}
+	d.stopClean()
 }

@@ -140,7 +140,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		ArtifactsDir:    o.artifactsDir,
 		BaseEnv:         env.Base(os.Environ()),
 		Reaper:          reaper,
-		NewScope:        func() (exec.Scope, error) { return tracker.NewScope(), nil },
+		NewScope:        tracker.NewScope,
 		Mechanism:       mechanism,
 		Log:             log,
 	})

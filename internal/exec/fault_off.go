@@ -6,3 +6,7 @@ package exec
 // tag can point the process tracker at another /proc. Production builds
 // cannot reach it.
 func faultProcRoot() string { return "" }
+
+// faultScopeSetup is a test seam: only the relayd_faults build can make
+// scope setup fail.
+func faultScopeSetup() error { return nil }

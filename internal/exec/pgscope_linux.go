@@ -65,8 +65,11 @@ func (t *Tracker) run(ctx context.Context, interval time.Duration) {
 }
 
 // NewScope returns an empty process-group scope; the subject joins it when it starts.
-func (t *Tracker) NewScope() Scope {
-	return &pgScope{t: t, known: make(map[int]uint64)}
+func (t *Tracker) NewScope() (Scope, error) {
+	if err := faultScopeSetup(); err != nil {
+		return nil, err
+	}
+	return &pgScope{t: t, known: make(map[int]uint64)}, nil
 }
 
 type pgScope struct {
