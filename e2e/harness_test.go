@@ -53,6 +53,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	cgroupSkip = probeCgroup()
 	code := m.Run()
 	if leaks := leftovers(); len(leaks) > 0 {
 		fmt.Fprintf(os.Stderr, "e2e: processes left behind by the tests (now killed): %v\n", leaks)
@@ -199,6 +200,7 @@ func (s *syncBuffer) String() string {
 }
 
 type opts struct {
+	scope   string // --scope, when set
 	args    []string
 	env     []string // extra environment for relayd
 	bin     string
@@ -238,6 +240,9 @@ func prepare(t testing.TB, o opts) *daemon {
 	}
 	args := []string{"--listen", "127.0.0.1:0", "--token-file", tokenFile, "--workspace", d.workspace,
 		"--term-grace", "300ms", "--teardown-timeout", "3s"}
+	if o.scope != "" {
+		args = append(args, "--scope", o.scope)
+	}
 	args = append(args, o.args...)
 	d.cmd = exec.Command(bin, args...)
 	d.cmd.Dir = dir
@@ -541,3 +546,40 @@ func contains(list []int, v int) bool {
 
 // q quotes a path for a shell script.
 func q(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// eachScope runs a lifecycle test once per scope mechanism; cgroup is
+// skipped, with the reason, where this machine has no usable cgroup v2.
+func eachScope(t *testing.T, test func(t *testing.T, mech string)) {
+	for _, mech := range []string{"process-group", "cgroup"} {
+		t.Run(mech, func(t *testing.T) {
+			if mech == "cgroup" && cgroupSkip != "" {
+				t.Skip(cgroupSkip)
+			}
+			test(t, mech)
+		})
+	}
+}
+
+// cgroupSkip says why the cgroup mechanism cannot run here ("" when it can);
+// TestMain asks relayd itself.
+var cgroupSkip string
+
+func probeCgroup() string {
+	cmd := exec.Command(relaydBin, "--scope", "cgroup", "--listen", "127.0.0.1:0", "--log-level", "error")
+	cmd.Env = append(cleanEnv(), "RELAYD_TOKEN=probe")
+	out := &syncBuffer{}
+	cmd.Stderr = out
+	if err := cmd.Start(); err != nil {
+		return err.Error()
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+		return "relayd --scope cgroup refused to start: " + strings.TrimSpace(out.String())
+	case <-time.After(3 * time.Second):
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		<-done
+		return ""
+	}
+}

@@ -13,8 +13,10 @@ import (
 
 // Rule 6.1: an exited subject is left alone; its service survives, is
 // reported, keeps being drained, and the reply does not wait for it.
-func TestRule1ExitedSubjectLeftAlone(t *testing.T) {
-	d := startRelayd(t, opts{})
+func TestRule1ExitedSubjectLeftAlone(t *testing.T) { eachScope(t, testRule1ExitedSubjectLeftAlone) }
+
+func testRule1ExitedSubjectLeftAlone(t *testing.T, mech string) {
+	d := startRelayd(t, opts{scope: mech})
 	svc := d.pidFile("svc.pid")
 	marker := filepath.Join(d.dir, "flooded")
 	c := d.connect()
@@ -113,10 +115,12 @@ func snapshot(t *testing.T, dir string) string {
 
 // Rule 6.2: the framework's end (timeoutMs, verify, shutdown) settles the
 // whole scope, escapees included, and reports framework_timeout, 124.
-func TestRule2FrameworkEndSettles(t *testing.T) {
+func TestRule2FrameworkEndSettles(t *testing.T) { eachScope(t, testRule2FrameworkEndSettles) }
+
+func testRule2FrameworkEndSettles(t *testing.T, mech string) {
 	for _, how := range []string{"timeoutMs", "verify", "shutdown"} {
 		t.Run(how, func(t *testing.T) {
-			d := startRelayd(t, opts{})
+			d := startRelayd(t, opts{scope: mech})
 			pids := d.pidFile("escapees.pid")
 			c := d.connect()
 			m := msg{"kind": "execute", "command": "/bin/sh", "args": []string{"-c", escapeeScript(d, pids)}}
@@ -166,8 +170,10 @@ func TestRule2FrameworkEndSettles(t *testing.T) {
 // deadline is reported either as exited with its own status and its service
 // untouched, or as framework_timeout with the scope settled: never a mix,
 // and never exited with the status of relayd's own SIGTERM.
-func TestRule3TerminalExecutionWins(t *testing.T) {
-	d := startRelayd(t, opts{})
+func TestRule3TerminalExecutionWins(t *testing.T) { eachScope(t, testRule3TerminalExecutionWins) }
+
+func testRule3TerminalExecutionWins(t *testing.T, mech string) {
+	d := startRelayd(t, opts{scope: mech})
 	c := d.connect()
 	sawExit, sawTimeout := 0, 0
 	for i := 0; i < 30; i++ {
@@ -214,8 +220,10 @@ func TestRule3TerminalExecutionWins(t *testing.T) {
 
 // Rule 6.4: transport loss settles that connection's scope within the
 // teardown deadline; another connection's execution is untouched.
-func TestRule4TransportLossSettles(t *testing.T) {
-	d := startRelayd(t, opts{})
+func TestRule4TransportLossSettles(t *testing.T) { eachScope(t, testRule4TransportLossSettles) }
+
+func testRule4TransportLossSettles(t *testing.T, mech string) {
+	d := startRelayd(t, opts{scope: mech})
 	lostPids := d.pidFile("lost.pid")
 	keptPid := d.pidFile("kept.pid")
 	lost := d.connect()
@@ -248,21 +256,44 @@ func TestRule4TransportLossSettles(t *testing.T) {
 	d.stopClean()
 }
 
-// Rule 6.5: no evidence, no quiescence. With the process table unreadable
+// evidenceFault returns the environment that lets a test fault a scope's
+// evidence (seams only the relayd_faults build has), and the function that
+// turns the fault on. process-group: the process table is unreadable from
+// the start; cgroup: every read of the leaf fails once armed.
+func evidenceFault(t *testing.T, mech string) ([]string, func()) {
+	if mech == "process-group" {
+		return []string{"RELAYD_FAULT_PROC_ROOT=/nonexistent-proc"}, func() {}
+	}
+	flag := filepath.Join(t.TempDir(), "fault")
+	return []string{"RELAYD_FAULT_CGROUP_READ=" + flag}, func() {
+		if err := os.WriteFile(flag, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Rule 6.5: no evidence, no quiescence. With the scope's state unreadable
 // (a fault seam only the test build has), a settlement is never "settled":
 // it is reported as failed, verify is not quiescent, and relayd exits 1.
-func TestRule5NoEvidenceNoQuiescence(t *testing.T) {
-	d := startRelayd(t, opts{bin: faultBin, env: []string{"RELAYD_FAULT_PROC_ROOT=/nonexistent-proc"},
+func TestRule5NoEvidenceNoQuiescence(t *testing.T) { eachScope(t, testRule5NoEvidenceNoQuiescence) }
+
+func testRule5NoEvidenceNoQuiescence(t *testing.T, mech string) {
+	faultEnv, arm := evidenceFault(t, mech)
+	d := startRelayd(t, opts{scope: mech, bin: faultBin, env: faultEnv,
 		args: []string{"--teardown-timeout", "1s"}})
 	pid := d.pidFile("subject.pid")
 	c := d.connect()
 	began := time.Now()
-	r := c.sh(fmt.Sprintf(`echo $$ > %s; exec sleep 300`, q(pid)), msg{"timeoutMs": 200})
+	c.send(msg{"kind": "execute", "command": "/bin/sh", "args": []string{"-c", fmt.Sprintf(`echo $$ > %s; exec sleep 300`, q(pid))},
+		"timeoutMs": 500})
+	waitPid(t, pid)
+	arm()
+	r := c.read(10 * time.Second)
 	wantExit(t, r, "framework_timeout", 124)
 	if s := r["settlement"]; s == "settled" || s == "none" {
 		t.Fatalf("settlement %v without evidence; want failed or destroyed", s)
 	}
-	if took := time.Since(began); took > 200*time.Millisecond+time.Second+time.Second {
+	if took := time.Since(began); took > 500*time.Millisecond+time.Second+time.Second {
 		t.Fatalf("reply took %s; want within timeoutMs + teardown + a small constant", took)
 	}
 	v := c.request(msg{"kind": "verify"})
@@ -277,13 +308,17 @@ func TestRule5NoEvidenceNoQuiescence(t *testing.T) {
 // Rule 6.7: settlement is bounded. When nothing can be confirmed, the
 // executed reply still comes by the teardown deadline plus a small constant
 // and the session goes on.
-func TestRule7SettlementBounded(t *testing.T) {
-	d := startRelayd(t, opts{bin: faultBin, env: []string{"RELAYD_FAULT_PROC_ROOT=/nonexistent-proc"},
+func TestRule7SettlementBounded(t *testing.T) { eachScope(t, testRule7SettlementBounded) }
+
+func testRule7SettlementBounded(t *testing.T, mech string) {
+	faultEnv, arm := evidenceFault(t, mech)
+	d := startRelayd(t, opts{scope: mech, bin: faultBin, env: faultEnv,
 		args: []string{"--term-grace", "200ms", "--teardown-timeout", "700ms"}})
 	pid := d.pidFile("subject.pid")
 	c := d.connect()
 	c.send(msg{"kind": "execute", "command": "/bin/sh", "args": []string{"-c", fmt.Sprintf(`trap "" TERM; echo $$ > %s; while :; do sleep 1; done`, q(pid))}})
 	waitPid(t, pid)
+	arm()
 	began := time.Now()
 	c.send(msg{"kind": "verify"})
 	r := c.read(5 * time.Second)
@@ -305,7 +340,11 @@ func TestRule7SettlementBounded(t *testing.T) {
 // (a seam only the test build has), the reply is 111,
 // execution-scope-unavailable, with nothing run and nothing signalled.
 func TestRule6ScopeSetupFailureTouchesNothing(t *testing.T) {
-	d := startRelayd(t, opts{bin: faultBin, env: []string{"RELAYD_FAULT_SCOPE_SETUP=1"}})
+	eachScope(t, testRule6ScopeSetupFailureTouchesNothing)
+}
+
+func testRule6ScopeSetupFailureTouchesNothing(t *testing.T, mech string) {
+	d := startRelayd(t, opts{scope: mech, bin: faultBin, env: []string{"RELAYD_FAULT_SCOPE_SETUP=1"}})
 	marker := filepath.Join(d.dir, "ran")
 	c := d.connect()
 	for _, extra := range []msg{{}, {"resultToken": strings.Repeat("ab", 16)}} {

@@ -12,7 +12,11 @@ import (
 // controller gets its reply), answers execute on idle connections with
 // shutting-down until then, and exits 0 when every settlement was confirmed.
 func TestRule8ShutdownSettlesEveryExecution(t *testing.T) {
-	d := startRelayd(t, opts{args: []string{"--term-grace", "1s", "--teardown-timeout", "4s"}})
+	eachScope(t, testRule8ShutdownSettlesEveryExecution)
+}
+
+func testRule8ShutdownSettlesEveryExecution(t *testing.T, mech string) {
+	d := startRelayd(t, opts{scope: mech, args: []string{"--term-grace", "1s", "--teardown-timeout", "4s"}})
 	busy := d.pidFile("busy.pid")
 	a := d.connect()
 	idle := d.connect()
@@ -48,8 +52,10 @@ func TestRule8ShutdownSettlesEveryExecution(t *testing.T) {
 }
 
 // Rule 6.8, second half: a second signal destroys at once.
-func TestRule8SecondSignalDestroys(t *testing.T) {
-	d := startRelayd(t, opts{args: []string{"--term-grace", "6s", "--teardown-timeout", "9s"}})
+func TestRule8SecondSignalDestroys(t *testing.T) { eachScope(t, testRule8SecondSignalDestroys) }
+
+func testRule8SecondSignalDestroys(t *testing.T, mech string) {
+	d := startRelayd(t, opts{scope: mech, args: []string{"--term-grace", "6s", "--teardown-timeout", "9s"}})
 	busy := d.pidFile("busy.pid")
 	c := d.connect()
 	c.send(msg{"kind": "execute", "command": "/bin/sh",
@@ -78,8 +84,10 @@ func TestRule8SecondSignalDestroys(t *testing.T) {
 // Rule 6.9: one reply per execution, one cleanup per scope, whatever races:
 // exit against deadline, verify against transport loss, shutdown against
 // everything.
-func TestRule9OneReplyPerExecution(t *testing.T) {
-	d := startRelayd(t, opts{})
+func TestRule9OneReplyPerExecution(t *testing.T) { eachScope(t, testRule9OneReplyPerExecution) }
+
+func testRule9OneReplyPerExecution(t *testing.T, mech string) {
+	d := startRelayd(t, opts{scope: mech})
 	t.Run("exit-vs-deadline-vs-verify", func(t *testing.T) {
 		c := d.connect()
 		for i := 0; i < 40; i++ {
@@ -116,7 +124,7 @@ func TestRule9OneReplyPerExecution(t *testing.T) {
 		}
 	})
 	t.Run("shutdown-vs-everything", func(t *testing.T) {
-		d := startRelayd(t, opts{})
+		d := startRelayd(t, opts{scope: mech})
 		var clients []*client
 		svc := d.pidFile("svc.pid")
 		for i := 0; i < 6; i++ {

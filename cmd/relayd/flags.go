@@ -25,6 +25,8 @@ type options struct {
 	maxStdoutBytes  byteSize
 	artifactsDir    string
 	scope           string
+	cgroupRoot      string
+	destroyCommand  string
 	logFormat       string
 	logLevel        string
 	version         bool
@@ -71,7 +73,9 @@ func parseFlags(args []string, getenv func(string) string) (options, *pflag.Flag
 	fs.Var(&o.maxLineBytes, "max-line-bytes", "longest accepted message line (e.g. 1MiB, 65536)")
 	fs.Var(&o.maxStdoutBytes, "max-stdout-bytes", "raw-mode stdout returned per execution")
 	fs.StringVar(&o.artifactsDir, "artifacts-dir", o.artifactsDir, "directory for each execution's complete stdout and stderr")
-	fs.StringVar(&o.scope, "scope", o.scope, "scope mechanism: auto or process-group")
+	fs.StringVar(&o.scope, "scope", o.scope, "scope mechanism: auto (cgroup when proven to work, else process-group), cgroup or process-group")
+	fs.StringVar(&o.cgroupRoot, "cgroup-root", o.cgroupRoot, "cgroup v2 directory to create execution leaves under (default: relayd's own cgroup)")
+	fs.StringVar(&o.destroyCommand, "destroy-command", o.destroyCommand, "command run with /bin/sh -c when a settlement cannot be confirmed (destroy), bounded by --teardown-timeout")
 	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "log format: json or console")
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "log level: debug, info, warn or error")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
@@ -119,11 +123,9 @@ func (o options) validate() error {
 		return fmt.Errorf("--max-stdout-bytes must be at least 1, got %d", o.maxStdoutBytes)
 	}
 	switch o.scope {
-	case "auto", "process-group":
-	case "cgroup":
-		return fmt.Errorf("--scope cgroup: this relayd has no cgroup mechanism yet; use auto or process-group")
+	case "auto", "process-group", "cgroup":
 	default:
-		return fmt.Errorf("--scope %q: want auto or process-group", o.scope)
+		return fmt.Errorf("--scope %q: want auto, cgroup or process-group", o.scope)
 	}
 	switch o.logFormat {
 	case "json", "console":

@@ -118,13 +118,13 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	if !host.ProcOK {
 		return &exitError{exitUsage, errors.New("/proc is not mounted: relayd cannot see the processes of a scope")}
 	}
-	mechanism := exec.ProcessGroup
-	log.Info().Str("scope", mechanism).Str("requested", o.scope).Bool("pid1", host.PID1).
-		Bool("subreaper", host.Subreaper).
-		Str("why", "a session per subject plus a walk of the process tree; orphans come to relayd as child subreaper").
-		Msg("scope mechanism chosen")
+	scopes, err := chooseScope(ctx, o, reaper, tracker, host, log)
+	if err != nil {
+		return &exitError{exitUsage, err}
+	}
+	defer scopes.release()
 	if !host.Subreaper {
-		log.Warn().Msg("relayd could not become a child subreaper: orphans of subjects may escape their scope")
+		log.Warn().Msg("relayd could not become a child subreaper: orphans of subjects may escape a process-group scope")
 	}
 
 	srv := session.New(session.Config{
@@ -140,8 +140,9 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		ArtifactsDir:    o.artifactsDir,
 		BaseEnv:         env.Base(os.Environ()),
 		Reaper:          reaper,
-		NewScope:        tracker.NewScope,
-		Mechanism:       mechanism,
+		NewScope:        scopes.newScope,
+		Mechanism:       scopes.mechanism,
+		Destroy:         destroyer(o, reaper, host, log),
 		Log:             log,
 	})
 

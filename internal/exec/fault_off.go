@@ -10,3 +10,7 @@ func faultProcRoot() string { return "" }
 // faultScopeSetup is a test seam: only the relayd_faults build can make
 // scope setup fail.
 func faultScopeSetup() error { return nil }
+
+// faultCgroupSetup and faultCgroupRead are test seams for the cgroup mechanism.
+func faultCgroupSetup() error { return nil }
+func faultCgroupRead() error  { return nil }

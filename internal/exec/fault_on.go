@@ -18,3 +18,23 @@ func faultScopeSetup() error {
 	}
 	return nil
 }
+
+// faultCgroupSetup makes the cgroup mechanism unusable when RELAYD_FAULT_CGROUP_SETUP is set.
+func faultCgroupSetup() error {
+	if os.Getenv("RELAYD_FAULT_CGROUP_SETUP") != "" {
+		return errors.New("exec: cgroup setup failed (RELAYD_FAULT_CGROUP_SETUP test fault)")
+	}
+	return nil
+}
+
+// faultCgroupRead makes every read of scope state fail once the file named
+// by RELAYD_FAULT_CGROUP_READ exists, so a test can fault the evidence of a
+// scope after it started.
+func faultCgroupRead() error {
+	if p := os.Getenv("RELAYD_FAULT_CGROUP_READ"); p != "" {
+		if _, err := os.Stat(p); err == nil {
+			return errors.New("exec: reading cgroup state failed (RELAYD_FAULT_CGROUP_READ test fault)")
+		}
+	}
+	return nil
+}

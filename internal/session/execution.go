@@ -1,7 +1,6 @@
 package session
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -118,10 +117,10 @@ func (o *output) fill(r *protocol.Executed, resultToken string, empty bool) {
 }
 
 // run carries one execution to its reply.
-func (s *Server) run(ex *execution) protocol.Executed {
+func (s *Server) run(ex *execution) (res protocol.Executed) {
 	began := time.Now()
 	req := ex.req
-	res := protocol.Executed{Kind: "executed", ID: ex.reqID, Execution: ex.id,
+	res = protocol.Executed{Kind: "executed", ID: ex.reqID, Execution: ex.id,
 		Settlement: protocol.SettleNone, Survivors: []protocol.Survivor{},
 		Scope: protocol.ScopeInfo{Mechanism: s.cfg.Mechanism}, Termination: protocol.Exited}
 	out := newOutput(req, s.cfg.MaxStdoutBytes)
@@ -202,7 +201,7 @@ func (s *Server) run(ex *execution) protocol.Executed {
 		default:
 		}
 	}
-	if exited {
+	if exited && !(s.nsKilled.Load() && !st.Exited && st.Signal == syscall.SIGKILL) {
 		// Rule 6.1: an exited subject is left alone; survivors are reported.
 		res.ExitCode = st.ExitCode()
 		if !st.Exited {
@@ -220,6 +219,19 @@ func (s *Server) run(ex *execution) protocol.Executed {
 		if err != nil {
 			ex.log.Warn().Err(err).Msg("could not look for survivors")
 		}
+		return res
+	}
+	if exited {
+		// Killed by another execution's destroy of the whole namespace: the
+		// framework ended it, and nothing of it can be trusted.
+		reason = "namespace destroyed"
+		res.Termination = protocol.FrameworkTimeout
+		res.ExitCode = protocol.ExitFramework
+		res.Settlement = protocol.SettleDestroyed
+		s.unconfirmed.Store(true)
+		subj.CutStdout(0)
+		out.fill(&res, req.ResultToken, true)
+		scope.Close()
 		return res
 	}
 
@@ -243,23 +255,27 @@ func (s *Server) run(ex *execution) protocol.Executed {
 	return res
 }
 
-// destroyScope is the fallback when a settlement lacked evidence: SIGKILL
-// every process the scope can see and look once more. A second shutdown
-// signal comes here at once.
+// destroyScope is the fallback when a settlement lacked evidence (protocol
+// section 8), or a second shutdown signal cut it short.
 func (s *Server) destroyScope(ex *execution, scope exec.Scope, outcome teardown.Outcome, deadline time.Time) string {
 	s.unconfirmed.Store(true)
 	ev := ex.log.Error().Int("remaining", len(outcome.Remaining)).Dur("elapsed", outcome.Elapsed)
 	if outcome.Err != nil {
 		ev = ev.AnErr("lastError", outcome.Err)
 	}
-	ev.Msg("settlement not confirmed; killing what the scope can see")
-	_ = teardown.Kill(scope)
+	ev.Bool("killNamespace", s.cfg.Destroy.KillNamespace).Msg("settlement not confirmed; destroying")
 	last := time.Now().Add(destroyReserve(s.cfg.TeardownTimeout))
 	if last.After(deadline) {
 		last = deadline
 	}
-	after := teardown.Settle(context.Background(), scope, teardown.Options{Deadline: last})
-	if after.Confirmed {
+	if s.cfg.Destroy.KillNamespace {
+		s.nsKilled.Store(true)
+	}
+	confirmed, err := teardown.Destroy(scope, s.cfg.Destroy, last)
+	if err != nil {
+		ex.log.Error().Err(err).Msg("destroy reported a failure")
+	}
+	if confirmed {
 		return protocol.SettleDestroyed
 	}
 	return protocol.SettleFailed
@@ -287,18 +303,23 @@ func describe(members []exec.Member, subject int) []protocol.Survivor {
 	return out
 }
 
-// spawnFailure maps a failed start to the exit code and detail of protocol 4.2.
+// spawnFailure maps a failed start to the exit code and detail of protocol
+// 4.2: exec's own errors are 127 (not found) or 126 (cannot be executed);
+// a failure before exec (pipes, the scope, fork itself) is 111: nothing ran.
 func spawnFailure(err error, command string) (int, string) {
+	var se *exec.SpawnError
 	var errno syscall.Errno
 	switch {
 	case errors.Is(err, exec.ErrScopeUnavailable):
 		return protocol.ExitScopeUnavailable, "the execution scope could not be set up: " + err.Error()
-	case errors.As(err, &errno) && errno == syscall.ENOENT:
-		return protocol.ExitNotFound, fmt.Sprintf("program %q not found (%v)", command, errno)
-	case errors.As(err, &errno):
-		return protocol.ExitNotExecutable, fmt.Sprintf("program %q could not be executed (%v)", command, errno)
-	default:
+	case !errors.As(err, &se) || se.Stage != "exec" || !errors.As(err, &errno):
 		return protocol.ExitScopeUnavailable, "the subject could not be started: " + err.Error()
+	case errno == syscall.EAGAIN || errno == syscall.ENOMEM || errno == syscall.EMFILE || errno == syscall.ENFILE:
+		return protocol.ExitScopeUnavailable, fmt.Sprintf("the subject could not be started: fork failed (%v)", errno)
+	case errno == syscall.ENOENT:
+		return protocol.ExitNotFound, fmt.Sprintf("program %q not found, or its interpreter is missing (%v)", command, errno)
+	default:
+		return protocol.ExitNotExecutable, fmt.Sprintf("program %q could not be executed (%v)", command, errno)
 	}
 }
 

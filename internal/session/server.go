@@ -24,6 +24,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/relayd/relayd/internal/exec"
+	"github.com/relayd/relayd/internal/teardown"
 )
 
 // Config is everything a Server needs. Token is a secret: it is compared,
@@ -43,6 +44,7 @@ type Config struct {
 	Reaper          *exec.Reaper
 	NewScope        func() (exec.Scope, error)
 	Mechanism       string
+	Destroy         teardown.DestroyOptions // the fallback when a settlement lacks evidence
 	Log             zerolog.Logger
 }
 
@@ -63,6 +65,7 @@ type Server struct {
 
 	sessions    sync.WaitGroup
 	unconfirmed atomic.Bool // some settlement was not confirmed
+	nsKilled    atomic.Bool // a destroy SIGKILLed every process of relayd's PID namespace
 }
 
 // New returns a Server. It picks the first execution number so that

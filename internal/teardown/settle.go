@@ -109,16 +109,8 @@ func Settle(ctx context.Context, scope Scope, opts Options) Outcome {
 			return out
 		case <-t.C:
 		}
-		if wait < pollCeil {
-			wait *= 2
-		}
+		wait = min(wait*2, pollCeil)
 	}
 	out.Elapsed = time.Since(began)
 	return out
-}
-
-// Kill sends SIGKILL to every member the scope can see, once, without
-// waiting: the last resort when settling could not be confirmed.
-func Kill(scope Scope) error {
-	return scope.Signal(syscall.SIGKILL)
 }

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/relayd/relayd/internal/env"
+	"github.com/relayd/relayd/internal/exec"
+	"github.com/relayd/relayd/internal/teardown"
+)
+
+// scopes is the mechanism chosen at startup.
+type scopes struct {
+	mechanism string
+	newScope  func() (exec.Scope, error)
+	release   func()
+}
+
+// chooseScope picks the scope mechanism: cgroup when --scope is cgroup or
+// auto and a cgroup v2 hierarchy is proven to work here, else
+// process-group. --scope cgroup without a working hierarchy is an error.
+func chooseScope(ctx context.Context, o options, r *exec.Reaper, t *exec.Tracker, host env.Host, log zerolog.Logger) (scopes, error) {
+	pg := scopes{mechanism: exec.ProcessGroup, newScope: t.NewScope, release: func() {}}
+	if o.scope == "process-group" {
+		log.Info().Str("scope", pg.mechanism).Str("requested", o.scope).Bool("pid1", host.PID1).
+			Bool("subreaper", host.Subreaper).Str("why", "requested").Msg("scope mechanism chosen")
+		return pg, nil
+	}
+	cg, err := env.FindCgroup2(o.cgroupRoot)
+	var c *exec.Cgroups
+	if err == nil {
+		if stale := exec.CleanStale(cg.Base); len(stale) > 0 {
+			log.Info().Strs("removed", stale).Msg("removed empty cgroup leaves of an earlier relayd")
+		}
+		c, err = exec.NewCgroups(ctx, r, cg.Base)
+	}
+	if err != nil {
+		if o.scope == "cgroup" {
+			return scopes{}, fmt.Errorf("--scope cgroup: no usable cgroup v2 hierarchy: %v", err)
+		}
+		log.Info().Str("scope", pg.mechanism).Str("requested", o.scope).Bool("pid1", host.PID1).
+			Bool("subreaper", host.Subreaper).Str("why", "cgroup v2 unusable: "+err.Error()).
+			Msg("scope mechanism chosen")
+		return pg, nil
+	}
+	log.Info().Str("scope", exec.Cgroup).Str("requested", o.scope).Bool("pid1", host.PID1).
+		Str("subtree", c.Subtree()).Str("why", "a cgroup v2 leaf per execution was created, used and removed at startup").
+		Msg("scope mechanism chosen")
+	return scopes{mechanism: exec.Cgroup, newScope: c.NewScope, release: c.Release}, nil
+}
+
+// destroyer builds the destroy step of protocol section 8.
+func destroyer(o options, r *exec.Reaper, host env.Host, log zerolog.Logger) teardown.DestroyOptions {
+	d := teardown.DestroyOptions{KillNamespace: host.PID1}
+	if o.destroyCommand != "" {
+		command := o.destroyCommand
+		d.Command = func(deadline time.Time) error {
+			return exec.RunBounded(r, []string{"/bin/sh", "-c", command}, env.Base(os.Environ()), deadline)
+		}
+	}
+	return d
+}

@@ -1,0 +1,364 @@
+package exec
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Cgroup is the name of the cgroup v2 mechanism.
+const Cgroup = "cgroup"
+
+// Cgroups hands out one cgroup v2 leaf per execution, beside a leaf that
+// holds relayd itself:
+//
+//	BASE/relayd-PID/daemon   relayd
+//	BASE/relayd-PID/x-N      one execution each
+//
+// The subject is born inside its leaf (clone3 with CLONE_INTO_CGROUP), so no
+// descendant can be outside it: setsid and double forks do not leave a
+// cgroup. Membership is the leaf's cgroup.procs; emptiness is its
+// cgroup.events "populated 0"; SIGKILL is cgroup.kill, which also catches
+// processes forked while it runs.
+type Cgroups struct {
+	base    string // the cgroup relayd was started in
+	subtree string // BASE/relayd-PID
+	next    atomic.Uint64
+	hasKill bool
+
+	mu      sync.Mutex
+	pending map[string]bool // leaves with survivors, removed once empty
+}
+
+// NewCgroups proves that cgroup scopes work under base and sets them up:
+// it creates relayd's subtree, moves relayd into its daemon leaf, then
+// starts a probe child in a fresh leaf through r, waits for the leaf to
+// empty, and removes it. Any failure leaves nothing behind and is returned
+// with the reason.
+func NewCgroups(ctx context.Context, r *Reaper, base string) (*Cgroups, error) {
+	c := &Cgroups{base: base, subtree: filepath.Join(base, "relayd-"+strconv.Itoa(os.Getpid())),
+		pending: make(map[string]bool)}
+	if err := faultCgroupSetup(); err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(c.subtree, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("exec.NewCgroups: cannot create %s: %w", c.subtree, err)
+	}
+	daemon := filepath.Join(c.subtree, "daemon")
+	if err := os.Mkdir(daemon, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		os.Remove(c.subtree)
+		return nil, fmt.Errorf("exec.NewCgroups: cannot create %s: %w", daemon, err)
+	}
+	if err := writeFile(filepath.Join(daemon, "cgroup.procs"), strconv.Itoa(os.Getpid())); err != nil {
+		os.Remove(daemon)
+		os.Remove(c.subtree)
+		return nil, fmt.Errorf("exec.NewCgroups: cannot move relayd into %s: %w", daemon, err)
+	}
+	_, err := os.Stat(filepath.Join(daemon, "cgroup.kill"))
+	c.hasKill = err == nil
+	if err := c.probe(r); err != nil {
+		c.Release()
+		return nil, err
+	}
+	go c.sweep(ctx)
+	return c, nil
+}
+
+// probe spawns a child that exits at once into a new leaf, and checks that
+// the leaf reports it populated and then empty.
+func (c *Cgroups) probe(r *Reaper) error {
+	sc, err := c.newLeaf()
+	if err != nil {
+		return err
+	}
+	defer sc.Close()
+	sys := &syscall.SysProcAttr{}
+	if err := sc.prepare(sys); err != nil {
+		return err
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer devnull.Close()
+	exe, err := os.Executable()
+	if err != nil {
+		exe = "/proc/self/exe"
+	}
+	pid, exited, err := r.ForkExec(exe, []string{"relayd", "--version"},
+		&syscall.ProcAttr{Files: []uintptr{devnull.Fd(), devnull.Fd(), devnull.Fd()}, Sys: sys})
+	if err != nil {
+		return fmt.Errorf("exec.probe: cannot start a process inside a cgroup leaf: %w", err)
+	}
+	sc.started(pid)
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("exec.probe: the probe process %d did not exit within 10s", pid)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		members, err := sc.Members()
+		if err == nil && len(members) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("exec.probe: the probe leaf %s never reported populated 0: %v", sc.dir, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Release moves relayd back to the cgroup it started in and removes
+// everything of its subtree that is empty. Leaves with survivors stay; a
+// later relayd removes them once empty (CleanStale).
+func (c *Cgroups) Release() {
+	_ = writeFile(filepath.Join(c.base, "cgroup.procs"), strconv.Itoa(os.Getpid()))
+	entries, _ := os.ReadDir(c.subtree)
+	for _, e := range entries {
+		if e.IsDir() {
+			_ = os.Remove(filepath.Join(c.subtree, e.Name()))
+		}
+	}
+	_ = os.Remove(c.subtree)
+}
+
+// CleanStale removes the empty leaves and subtrees that relayds which are
+// no longer running left under base. It returns what it removed.
+func CleanStale(base string) []string {
+	var removed []string
+	entries, _ := os.ReadDir(base)
+	for _, e := range entries {
+		pidText, ok := strings.CutPrefix(e.Name(), "relayd-")
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pid, err := strconv.Atoi(pidText)
+		if err != nil || pid == os.Getpid() || processExists(pid) {
+			continue
+		}
+		sub := filepath.Join(base, e.Name())
+		leaves, _ := os.ReadDir(sub)
+		for _, l := range leaves {
+			if l.IsDir() && os.Remove(filepath.Join(sub, l.Name())) == nil {
+				removed = append(removed, filepath.Join(sub, l.Name()))
+			}
+		}
+		if os.Remove(sub) == nil {
+			removed = append(removed, sub)
+		}
+	}
+	return removed
+}
+
+func processExists(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
+}
+
+// sweep removes leaves whose survivors have all gone.
+func (c *Cgroups) sweep(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		c.mu.Lock()
+		for dir := range c.pending {
+			if err := os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
+				delete(c.pending, dir)
+			}
+		}
+		c.mu.Unlock()
+	}
+}
+
+// Subtree is relayd's own part of the hierarchy.
+func (c *Cgroups) Subtree() string { return c.subtree }
+
+// NewScope creates the leaf of one execution.
+func (c *Cgroups) NewScope() (Scope, error) {
+	if err := faultScopeSetup(); err != nil {
+		return nil, err
+	}
+	return c.newLeaf()
+}
+
+func (c *Cgroups) newLeaf() (*cgScope, error) {
+	dir := filepath.Join(c.subtree, "x-"+strconv.FormatUint(c.next.Add(1), 10))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("%w: cannot create cgroup leaf %s: %v", ErrScopeUnavailable, dir, err)
+	}
+	return &cgScope{c: c, dir: dir, fd: -1}, nil
+}
+
+type cgScope struct {
+	c   *Cgroups
+	dir string
+	fd  int // the leaf, open for clone3 until the subject runs
+}
+
+func (s *cgScope) Mechanism() string { return Cgroup }
+
+func (s *cgScope) prepare(attr *syscall.SysProcAttr) error {
+	fd, err := unix.Open(s.dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("cannot open cgroup leaf %s: %w", s.dir, err)
+	}
+	s.fd = fd
+	attr.UseCgroupFD = true
+	attr.CgroupFD = fd
+	attr.Setsid = true // a session too: a terminal-less subject, like the process-group mechanism
+	return nil
+}
+
+func (s *cgScope) started(int) {
+	if s.fd >= 0 {
+		unix.Close(s.fd)
+		s.fd = -1
+	}
+}
+
+// Members reads the leaf's cgroup.procs. An empty list counts only when
+// cgroup.events also says "populated 0"; any read failure is no evidence.
+func (s *cgScope) Members() ([]Member, error) {
+	pids, err := s.procs()
+	if err != nil {
+		return nil, err
+	}
+	if len(pids) == 0 {
+		populated, err := s.populated()
+		if err != nil {
+			return nil, err
+		}
+		if populated {
+			return nil, fmt.Errorf("exec: cgroup %s is populated but lists no process yet", s.dir)
+		}
+		return nil, nil
+	}
+	out := make([]Member, len(pids))
+	for i, pid := range pids {
+		out[i] = Member{PID: pid}
+	}
+	return out, nil
+}
+
+func (s *cgScope) procs() ([]int, error) {
+	if err := faultCgroupRead(); err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(filepath.Join(s.dir, "cgroup.procs"))
+	if err != nil {
+		return nil, fmt.Errorf("exec: reading %s/cgroup.procs: %w", s.dir, err)
+	}
+	var pids []int
+	for _, f := range bytes.Fields(b) {
+		pid, err := strconv.Atoi(string(f))
+		if err != nil {
+			return nil, fmt.Errorf("exec: %s/cgroup.procs holds %q", s.dir, f)
+		}
+		pids = append(pids, pid)
+	}
+	return pids, nil
+}
+
+func (s *cgScope) populated() (bool, error) {
+	if err := faultCgroupRead(); err != nil {
+		return false, err
+	}
+	b, err := os.ReadFile(filepath.Join(s.dir, "cgroup.events"))
+	if err != nil {
+		return false, fmt.Errorf("exec: reading %s/cgroup.events: %w", s.dir, err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "populated "); ok {
+			return v != "0", nil
+		}
+	}
+	return false, fmt.Errorf("exec: %s/cgroup.events has no populated line", s.dir)
+}
+
+// Signal sends sig to every process in the leaf. SIGKILL goes through
+// cgroup.kill where the kernel has it, which also catches a fork in flight.
+// Other signals go to each listed process through a pidfd opened before a
+// second read of cgroup.procs confirms it is still a member, so a pid reused
+// outside the leaf is never signalled.
+func (s *cgScope) Signal(sig syscall.Signal) error {
+	if sig == syscall.SIGKILL && s.c.hasKill {
+		if err := faultCgroupRead(); err != nil {
+			return err
+		}
+		if err := writeFile(filepath.Join(s.dir, "cgroup.kill"), "1"); err != nil {
+			return fmt.Errorf("exec: cgroup.kill %s: %w", s.dir, err)
+		}
+		return nil
+	}
+	pids, err := s.procs()
+	if err != nil {
+		return err
+	}
+	fds := make(map[int]int, len(pids))
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	for _, pid := range pids {
+		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+			fds[pid] = fd
+		}
+	}
+	again, err := s.procs()
+	if err != nil {
+		return err
+	}
+	var first error
+	for _, pid := range again {
+		fd, ok := fds[pid]
+		if !ok {
+			continue // born after the first read: the next look signals it
+		}
+		if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) && first == nil {
+			first = fmt.Errorf("exec: signal %d in %s: %w", pid, s.dir, err)
+		}
+	}
+	return first
+}
+
+// Close removes the leaf when it is empty; a leaf with survivors is
+// removed later, once they are gone.
+func (s *cgScope) Close() {
+	s.started(0)
+	if err := os.Remove(s.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.c.mu.Lock()
+		s.c.pending[s.dir] = true
+		s.c.mu.Unlock()
+	}
+}
+
+func writeFile(path, data string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, werr := f.WriteString(data)
+	cerr := f.Close()
+	if werr != nil {
+		return werr
+	}
+	return cerr
+}
