@@ -20,8 +20,8 @@ run: build
 	@umask 077; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > $(RUNDIR)/token
 	@echo "relayd $(VERSION) on $(LISTEN); token in $(RUNDIR)/token (fresh each run), workspace $(RUNDIR)/workspace"
 	@echo "Talk to it from another terminal:"
-	@echo "  T=\$$(cat $(RUNDIR)/token)"
-	@echo "  printf '{\"token\":\"%s\",\"kind\":\"ready\"}\\n' \"\$$T\" | nc -q 1 $(subst :, ,$(LISTEN))"
+	@echo '  T=$$(cat $(RUNDIR)/token)'
+	@printf '  printf %s "$$T" | nc -q 1 %s\n' "'{\"token\":\"%s\",\"kind\":\"ready\"}\\n'" "$(subst :, ,$(LISTEN))"
 	@echo "(README.md has a whole netcat session.) Ctrl-C stops relayd."
 	@exec $(BIN) --listen $(LISTEN) --token-file $(RUNDIR)/token --workspace $(RUNDIR)/workspace --log-format console
 

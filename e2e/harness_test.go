@@ -180,6 +180,7 @@ type daemon struct {
 	exited    chan struct{}
 	exitCode  int
 	pidFiles  []string
+	init      int // host pid of relayd when it runs as PID 1 of a namespace
 }
 
 type syncBuffer struct {
@@ -367,10 +368,20 @@ func waitPid(t testing.TB, path string) int {
 	return pid
 }
 
+// signal sends sig to relayd itself: the process the test started, or, in
+// a namespace, relayd as its PID 1 (started by the test through unshare).
+func (d *daemon) signal(sig syscall.Signal) {
+	pid := d.cmd.Process.Pid
+	if d.init != 0 {
+		pid = d.init
+	}
+	_ = syscall.Kill(pid, sig)
+}
+
 // stop sends SIGTERM and returns relayd's exit status.
 func (d *daemon) stop() int {
 	d.t.Helper()
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	d.signal(syscall.SIGTERM)
 	return d.wait(15 * time.Second)
 }
 

@@ -134,7 +134,7 @@ func testRule2FrameworkEndSettles(t *testing.T, mech string) {
 			case "verify":
 				c.send(msg{"kind": "verify"})
 			case "shutdown":
-				_ = d.cmd.Process.Signal(syscall.SIGTERM)
+				d.signal(syscall.SIGTERM)
 			}
 			r := c.read(10 * time.Second)
 			if r == nil || r["kind"] != "executed" {

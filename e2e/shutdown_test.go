@@ -23,7 +23,7 @@ func testRule8ShutdownSettlesEveryExecution(t *testing.T, mech string) {
 	a.send(msg{"kind": "execute", "id": "a", "command": "/bin/sh",
 		"args": []string{"-c", fmt.Sprintf(`trap "" TERM; echo $$ > %s; while :; do sleep 0.1; done`, q(busy))}})
 	pid := waitPid(t, busy)
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	d.signal(syscall.SIGTERM)
 	time.Sleep(200 * time.Millisecond) // inside the 1s grace: the subject ignores TERM
 	r := idle.request(msg{"kind": "execute", "id": 9, "command": "/bin/true"})
 	if r["kind"] != "error" || r["error"].(map[string]any)["category"] != "shutting-down" {
@@ -61,10 +61,10 @@ func testRule8SecondSignalDestroys(t *testing.T, mech string) {
 	c.send(msg{"kind": "execute", "command": "/bin/sh",
 		"args": []string{"-c", fmt.Sprintf(`trap "" TERM; echo $$ > %s; while :; do sleep 0.1; done`, q(busy))}})
 	pid := waitPid(t, busy)
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	d.signal(syscall.SIGTERM)
 	time.Sleep(300 * time.Millisecond)
 	began := time.Now()
-	_ = d.cmd.Process.Signal(syscall.SIGINT)
+	d.signal(syscall.SIGINT)
 	r := c.read(5 * time.Second)
 	if took := time.Since(began); took > 3*time.Second {
 		t.Fatalf("reply came %s after the second signal; want at once (grace is 6s)", took)
@@ -134,7 +134,7 @@ func testRule9OneReplyPerExecution(t *testing.T, mech string) {
 			clients = append(clients, c)
 		}
 		time.Sleep(50 * time.Millisecond)
-		_ = d.cmd.Process.Signal(syscall.SIGTERM)
+		d.signal(syscall.SIGTERM)
 		for i, c := range clients {
 			r := c.read(10 * time.Second)
 			if r == nil || r["kind"] != "executed" {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -88,8 +89,10 @@ func parseFlags(args []string, getenv func(string) string) (options, *pflag.Flag
 		return o, fs, fmt.Errorf("unexpected argument %q: relayd takes only flags", fs.Arg(0))
 	}
 	var twinErr error
+	fromEnv := map[string]bool{}
 	fs.VisitAll(func(f *pflag.Flag) {
-		if f.Changed || twinErr != nil {
+		// --version is an action, not configuration: it has no twin.
+		if f.Changed || twinErr != nil || f.Name == "version" {
 			return
 		}
 		name := envName(f.Name)
@@ -97,47 +100,67 @@ func parseFlags(args []string, getenv func(string) string) (options, *pflag.Flag
 			if err := fs.Set(f.Name, v); err != nil {
 				twinErr = fmt.Errorf("environment variable %s: %v", name, err)
 			}
+			fromEnv[f.Name] = true
 		}
 	})
 	if twinErr != nil {
 		return o, fs, twinErr
 	}
-	return o, fs, o.validate()
+	err := o.validate()
+	var fe *flagError
+	if errors.As(err, &fe) && fromEnv[fe.flag] {
+		err = fmt.Errorf("environment variable %s: %v", envName(fe.flag), err)
+	}
+	return o, fs, err
 }
 
 func (o options) validate() error {
 	switch {
 	case o.connectTimeout <= 0:
-		return fmt.Errorf("--connect-timeout must be positive, got %s", o.connectTimeout)
+		return bad("connect-timeout", "--connect-timeout must be positive, got %s", o.connectTimeout)
 	case o.termGrace < 0:
-		return fmt.Errorf("--term-grace must not be negative, got %s", o.termGrace)
+		return bad("term-grace", "--term-grace must not be negative, got %s", o.termGrace)
 	case o.teardownTimeout <= 0:
-		return fmt.Errorf("--teardown-timeout must be positive, got %s", o.teardownTimeout)
+		return bad("teardown-timeout", "--teardown-timeout must be positive, got %s", o.teardownTimeout)
 	case o.termGrace >= o.teardownTimeout:
-		return fmt.Errorf("--term-grace (%s) must be shorter than --teardown-timeout (%s): SIGKILL must come before the deadline", o.termGrace, o.teardownTimeout)
+		return bad("term-grace", "--term-grace (%s) must be shorter than --teardown-timeout (%s): SIGKILL must come before the deadline", o.termGrace, o.teardownTimeout)
 	case o.writeTimeout <= 0:
-		return fmt.Errorf("--write-timeout must be positive, got %s", o.writeTimeout)
+		return bad("write-timeout", "--write-timeout must be positive, got %s", o.writeTimeout)
+	case o.maxLineBytes > 1<<30:
+		return bad("max-line-bytes", "--max-line-bytes must be at most 1GiB, got %d", o.maxLineBytes)
 	case o.maxLineBytes < 1024:
-		return fmt.Errorf("--max-line-bytes must be at least 1KiB, got %d", o.maxLineBytes)
+		return bad("max-line-bytes", "--max-line-bytes must be at least 1KiB, got %d", o.maxLineBytes)
 	case o.maxStdoutBytes < 1:
-		return fmt.Errorf("--max-stdout-bytes must be at least 1, got %d", o.maxStdoutBytes)
+		return bad("max-stdout-bytes", "--max-stdout-bytes must be at least 1, got %d", o.maxStdoutBytes)
 	}
 	switch o.scope {
 	case "auto", "process-group", "cgroup":
 	default:
-		return fmt.Errorf("--scope %q: want auto, cgroup or process-group", o.scope)
+		return bad("scope", "--scope %q: want auto, cgroup or process-group", o.scope)
 	}
 	switch o.logFormat {
 	case "json", "console":
 	default:
-		return fmt.Errorf("--log-format %q: want json or console", o.logFormat)
+		return bad("log-format", "--log-format %q: want json or console", o.logFormat)
 	}
 	switch o.logLevel {
 	case "debug", "info", "warn", "error":
 	default:
-		return fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
+		return bad("log-level", "--log-level %q: want debug, info, warn or error", o.logLevel)
 	}
 	return nil
+}
+
+// flagError is a validation failure of one flag.
+type flagError struct {
+	flag string
+	msg  string
+}
+
+func (e *flagError) Error() string { return e.msg }
+
+func bad(flag, format string, args ...any) error {
+	return &flagError{flag: flag, msg: fmt.Sprintf(format, args...)}
 }
 
 // byteSize is a flag value in bytes: a number with an optional unit

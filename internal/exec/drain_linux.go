@@ -22,6 +22,7 @@ type drain struct {
 	cutReq  chan struct{} // closed by cut
 	cutOnce sync.Once
 	cutDone chan struct{} // closed when the capture is final
+	endOnce sync.Once
 	eof     chan struct{} // closed when the pipe is at EOF and closed
 }
 
@@ -80,6 +81,7 @@ func (d *drain) finishCut(buf []byte) {
 		return
 	}
 	if d.capture == nil {
+		d.endCapture()
 		return
 	}
 	rc, err := d.f.SyscallConn()
@@ -103,10 +105,8 @@ func (d *drain) finishCut(buf []byte) {
 }
 
 func (d *drain) endCapture() {
-	if d.capture != nil {
-		d.capture = nil
-		close(d.cutDone)
-	}
+	d.capture = nil
+	d.endOnce.Do(func() { close(d.cutDone) })
 }
 
 // cut ends the capture: what the pipe delivered so far plus what is waiting

@@ -56,9 +56,12 @@ const (
 func Settle(ctx context.Context, scope Scope, opts Options) Outcome {
 	began := time.Now()
 	out := Outcome{}
+	// SIGKILL always comes before the deadline, with a fifth of the window
+	// (at most 100ms) left to see its effect, however long the grace.
 	graceEnd := began.Add(opts.Grace)
-	if graceEnd.After(opts.Deadline) {
-		graceEnd = opts.Deadline
+	killBy := opts.Deadline.Add(-min(opts.Deadline.Sub(began)/5, 100*time.Millisecond))
+	if graceEnd.After(killBy) {
+		graceEnd = killBy
 	}
 	if err := scope.Signal(syscall.SIGTERM); err != nil {
 		out.Err = err

@@ -1,0 +1,562 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// noEnv is an empty environment.
+func noEnv(string) string { return "" }
+
+// envOf is an environment of the given variables.
+func envOf(vars map[string]string) func(string) string {
+	return func(name string) string { return vars[name] }
+}
+
+// section9 is protocol.md section 9's table: every flag and its default, as
+// the flag set shows it.
+var section9 = map[string]string{
+	"listen":           ":7700",
+	"connect":          "",
+	"connect-timeout":  "30s",
+	"token-file":       "",
+	"workspace":        "",
+	"instruction-file": "",
+	"term-grace":       "2s",
+	"teardown-timeout": "10s",
+	"write-timeout":    "10s",
+	"max-line-bytes":   "1048576", // 1MiB
+	"max-stdout-bytes": "1048576", // 1MiB
+	"artifacts-dir":    "",
+	"scope":            "auto",
+	"log-level":        "info",
+	"log-format":       "json",
+}
+
+func TestParseFlagsDefaults(t *testing.T) {
+	o, fs, err := parseFlags(nil, noEnv)
+	if err != nil {
+		t.Fatalf("parseFlags() = %v; want the defaults to be valid", err)
+	}
+	want := options{
+		listen:          ":7700",
+		connectTimeout:  30 * time.Second,
+		termGrace:       2 * time.Second,
+		teardownTimeout: 10 * time.Second,
+		writeTimeout:    10 * time.Second,
+		maxLineBytes:    1 << 20,
+		maxStdoutBytes:  1 << 20,
+		scope:           "auto",
+		logFormat:       "json",
+		logLevel:        "info",
+	}
+	if o != want {
+		t.Fatalf("parseFlags() = %+v; want %+v", o, want)
+	}
+	if o != defaultOptions() {
+		t.Fatalf("parseFlags() = %+v; want defaultOptions() %+v", o, defaultOptions())
+	}
+	seen := map[string]bool{}
+	fs.VisitAll(func(f *pflag.Flag) {
+		seen[f.Name] = true
+		if f.Usage == "" {
+			t.Errorf("--%s has no usage text", f.Name)
+		}
+		def, ok := section9[f.Name]
+		if !ok {
+			return // an extension (--version, --destroy-command, ...): TestEnvironmentTwins covers it
+		}
+		if f.DefValue != def {
+			t.Errorf("--%s default %q; want %q", f.Name, f.DefValue, def)
+		}
+	})
+	for name := range section9 {
+		if !seen[name] {
+			t.Errorf("section 9's --%s is not a flag", name)
+		}
+	}
+}
+
+// twinCase is a valid value for a flag and how to see that it took effect.
+type twinCase struct {
+	value string
+	check func(options) bool
+	bad   string // a value the flag cannot parse; "" for string flags
+}
+
+// twinCases has one entry per flag; a flag added without one fails
+// TestEnvironmentTwins, so that every flag's twin stays tested.
+var twinCases = map[string]twinCase{
+	"listen":           {"127.0.0.1:9999", func(o options) bool { return o.listen == "127.0.0.1:9999" }, ""},
+	"connect":          {"10.0.0.1:7700", func(o options) bool { return o.connect == "10.0.0.1:7700" }, ""},
+	"connect-timeout":  {"45s", func(o options) bool { return o.connectTimeout == 45*time.Second }, "soon"},
+	"token-file":       {"/run/token", func(o options) bool { return o.tokenFile == "/run/token" }, ""},
+	"workspace":        {"/ws", func(o options) bool { return o.workspace == "/ws" }, ""},
+	"instruction-file": {"/task.md", func(o options) bool { return o.instructionFile == "/task.md" }, ""},
+	"term-grace":       {"750ms", func(o options) bool { return o.termGrace == 750*time.Millisecond }, "2"},
+	"teardown-timeout": {"1m", func(o options) bool { return o.teardownTimeout == time.Minute }, "ten seconds"},
+	"write-timeout":    {"3s", func(o options) bool { return o.writeTimeout == 3*time.Second }, "-"},
+	"max-line-bytes":   {"64KiB", func(o options) bool { return o.maxLineBytes == 64<<10 }, "lots"},
+	"max-stdout-bytes": {"2MiB", func(o options) bool { return o.maxStdoutBytes == 2<<20 }, "1TB"},
+	"artifacts-dir":    {"/artifacts", func(o options) bool { return o.artifactsDir == "/artifacts" }, ""},
+	"scope":            {"process-group", func(o options) bool { return o.scope == "process-group" }, ""},
+	"cgroup-root":      {"/sys/fs/cgroup/x", func(o options) bool { return o.cgroupRoot == "/sys/fs/cgroup/x" }, ""},
+	"destroy-command":  {"reboot-vm", func(o options) bool { return o.destroyCommand == "reboot-vm" }, ""},
+	"log-format":       {"console", func(o options) bool { return o.logFormat == "console" }, ""},
+	"log-level":        {"debug", func(o options) bool { return o.logLevel == "debug" }, ""},
+}
+
+// noTwin are the flags that are actions, not configuration: an environment
+// variable never triggers them (a RELAYD_VERSION=0.1.0 in an image must not
+// stop relayd from serving).
+var noTwin = map[string]bool{"version": true}
+
+// allFlags lists the flags of relayd's flag set.
+func allFlags(t *testing.T) []*pflag.Flag {
+	t.Helper()
+	_, fs, err := parseFlags(nil, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*pflag.Flag
+	fs.VisitAll(func(f *pflag.Flag) { out = append(out, f) })
+	if len(out) == 0 {
+		t.Fatal("relayd has no flags")
+	}
+	return out
+}
+
+func TestEnvironmentTwins(t *testing.T) {
+	for _, f := range allFlags(t) {
+		if noTwin[f.Name] {
+			continue // TestActionsHaveNoTwin
+		}
+		tc, ok := twinCases[f.Name]
+		if !ok {
+			t.Errorf("--%s has no case in twinCases: add one", f.Name)
+			continue
+		}
+		twin := "RELAYD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if envName(f.Name) != twin {
+			t.Errorf("envName(%q) = %q; want %q", f.Name, envName(f.Name), twin)
+		}
+		t.Run(twin, func(t *testing.T) {
+			if tc.check(defaultOptions()) {
+				t.Fatalf("the test value %q of --%s is its default: it cannot show an effect", tc.value, f.Name)
+			}
+			o, _, err := parseFlags(nil, envOf(map[string]string{twin: tc.value}))
+			if err != nil {
+				t.Fatalf("%s=%s: %v", twin, tc.value, err)
+			}
+			if !tc.check(o) {
+				t.Fatalf("%s=%s did not take effect: %+v", twin, tc.value, o)
+			}
+			// Nothing else moved.
+			def := defaultOptions()
+			for name, other := range twinCases {
+				if name != f.Name && other.check(o) != other.check(def) {
+					t.Fatalf("%s=%s also changed --%s", twin, tc.value, name)
+				}
+			}
+			if tc.bad == "" {
+				return
+			}
+			_, _, err = parseFlags(nil, envOf(map[string]string{twin: tc.bad}))
+			if err == nil {
+				t.Fatalf("%s=%q was accepted; want an error", twin, tc.bad)
+			}
+			if !strings.Contains(err.Error(), twin) {
+				t.Fatalf("%s=%q: error %q does not name the variable", twin, tc.bad, err)
+			}
+		})
+	}
+}
+
+// A value that parses but fails validation is refused too; the message
+// should name where the value came from, since the person never typed --X.
+func TestEnvironmentTwinValidationNamesVariable(t *testing.T) {
+	cases := map[string]string{
+		"RELAYD_SCOPE":            "jail",
+		"RELAYD_LOG_LEVEL":        "loud",
+		"RELAYD_LOG_FORMAT":       "xml",
+		"RELAYD_TERM_GRACE":       "20s",
+		"RELAYD_MAX_LINE_BYTES":   "10",
+		"RELAYD_CONNECT_TIMEOUT":  "0s",
+		"RELAYD_MAX_STDOUT_BYTES": "0",
+	}
+	for twin, value := range cases {
+		t.Run(twin, func(t *testing.T) {
+			_, _, err := parseFlags(nil, envOf(map[string]string{twin: value}))
+			if err == nil {
+				t.Fatalf("%s=%s was accepted; want an error", twin, value)
+			}
+			if !strings.Contains(err.Error(), twin) {
+				t.Fatalf("%s=%s is refused with %q; want the environment variable named", twin, value, err)
+			}
+		})
+	}
+}
+
+func TestFlagWinsOverTwin(t *testing.T) {
+	// A second valid value per flag, different from twinCases' one.
+	flagValues := map[string]string{
+		"listen": "127.0.0.1:1", "connect": "10.9.9.9:1", "connect-timeout": "5s",
+		"token-file": "/flag/token", "workspace": "/flag/ws", "instruction-file": "/flag/task",
+		"term-grace": "1s", "teardown-timeout": "30s", "write-timeout": "7s",
+		"max-line-bytes": "4096", "max-stdout-bytes": "12345", "artifacts-dir": "/flag/art",
+		"scope": "cgroup", "cgroup-root": "/flag/cg", "destroy-command": "true",
+		"log-format": "json", "log-level": "warn",
+	}
+	for _, f := range allFlags(t) {
+		if noTwin[f.Name] {
+			continue
+		}
+		fv, ok := flagValues[f.Name]
+		tc := twinCases[f.Name]
+		if !ok || tc.check == nil {
+			t.Errorf("--%s has no case: add one", f.Name)
+			continue
+		}
+		twin := envName(f.Name)
+		t.Run(f.Name, func(t *testing.T) {
+			o, fs, err := parseFlags([]string{"--" + f.Name + "=" + fv}, envOf(map[string]string{twin: tc.value}))
+			if err != nil {
+				t.Fatalf("--%s=%s with %s=%s: %v", f.Name, fv, twin, tc.value, err)
+			}
+			if tc.check(o) {
+				t.Fatalf("%s=%s won over --%s=%s", twin, tc.value, f.Name, fv)
+			}
+			if got := fs.Lookup(f.Name).Value.String(); got != canonical(t, f.Name, fv) {
+				t.Fatalf("--%s = %q; want the flag's %q", f.Name, got, fv)
+			}
+			// An invalid twin of a flag that was given is not even read.
+			if tc.bad != "" {
+				if _, _, err := parseFlags([]string{"--" + f.Name + "=" + fv}, envOf(map[string]string{twin: tc.bad})); err != nil {
+					t.Fatalf("--%s=%s with %s=%q: %v; want the twin ignored", f.Name, fv, twin, tc.bad, err)
+				}
+			}
+		})
+	}
+}
+
+// canonical is how the flag set prints value.
+func canonical(t *testing.T, name, value string) string {
+	t.Helper()
+	_, fs, err := parseFlags([]string{"--" + name + "=" + value}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fs.Lookup(name).Value.String()
+}
+
+func TestTwinsReadOnlyForFlagsNotGiven(t *testing.T) {
+	var asked []string
+	getenv := func(name string) string {
+		asked = append(asked, name)
+		return ""
+	}
+	if _, _, err := parseFlags([]string{"--listen", "127.0.0.1:0", "--scope=process-group"}, getenv); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range asked {
+		if !strings.HasPrefix(name, "RELAYD_") {
+			t.Errorf("parseFlags read %s; want only RELAYD_* twins", name)
+		}
+	}
+	for _, given := range []string{"RELAYD_LISTEN", "RELAYD_SCOPE"} {
+		if slices.Contains(asked, given) {
+			t.Errorf("parseFlags read %s although its flag was given", given)
+		}
+	}
+	for _, f := range allFlags(t) {
+		read := slices.Contains(asked, envName(f.Name))
+		if noTwin[f.Name] && read {
+			t.Errorf("parseFlags read %s, the twin of an action", envName(f.Name))
+		}
+		if !noTwin[f.Name] && f.Name != "listen" && f.Name != "scope" && !read {
+			t.Errorf("parseFlags never read %s", envName(f.Name))
+		}
+	}
+}
+
+func TestParseFlagsRefusesArguments(t *testing.T) {
+	if _, _, err := parseFlags([]string{"serve"}, noEnv); err == nil || !strings.Contains(err.Error(), `"serve"`) {
+		t.Fatalf("parseFlags(serve) = %v; want an error naming the argument", err)
+	}
+	if _, _, err := parseFlags([]string{"--no-such-flag"}, noEnv); err == nil {
+		t.Fatal("parseFlags(--no-such-flag) = nil; want an error")
+	}
+	if _, _, err := parseFlags([]string{"--help"}, noEnv); !errors.Is(err, pflag.ErrHelp) {
+		t.Fatalf("parseFlags(--help) = %v; want pflag.ErrHelp", err)
+	}
+}
+
+func TestParseByteSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"65536", 65536, true},
+		{"0", 0, true},
+		{"1MiB", 1 << 20, true},
+		{"1KiB", 1 << 10, true},
+		{"2G", 2 << 30, true},
+		{"1mb", 1 << 20, true},
+		{"3kb", 3 << 10, true},
+		{"7B", 7, true},
+		{"4GiB", 4 << 30, true},
+		{" 2 MiB ", 2 << 20, true},
+		{"4611686018427387904", 1 << 62, true},
+		{"4294967296G", 1 << 62, true},
+		{"", 0, false},
+		{"   ", 0, false},
+		{"MiB", 0, false},
+		{"1TB", 0, false},
+		{"5xb", 0, false},
+		{"1.5MiB", 0, false},
+		{"-1", 0, false},
+		{"+1", 0, false},
+		{"0x10", 0, false},
+		{"4611686018427387905", 0, false}, // above the limit
+		{"4294967297G", 0, false},         // overflows once multiplied
+		{"9223372036854775807KiB", 0, false},
+		{"99999999999999999999", 0, false}, // not even an int64
+	}
+	for _, tt := range tests {
+		got, err := parseByteSize(tt.in)
+		if tt.ok {
+			if err != nil || got != tt.want {
+				t.Errorf("parseByteSize(%q) = %d, %v; want %d", tt.in, got, err, tt.want)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("parseByteSize(%q) = %d; want an error", tt.in, got)
+			continue
+		}
+		if got < 0 {
+			t.Errorf("parseByteSize(%q) = %d; a size is never negative", tt.in, got)
+		}
+		if !strings.Contains(err.Error(), `"`+tt.in+`"`) {
+			t.Errorf("parseByteSize(%q) error %q does not quote the value", tt.in, err)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(*options)
+		want   []string // substrings of the error; nil for valid
+	}{
+		{"defaults", func(*options) {}, nil},
+		{"no grace", func(o *options) { o.termGrace = 0 }, nil},
+		{"grace just below teardown", func(o *options) { o.termGrace = o.teardownTimeout - time.Millisecond }, nil},
+		{"grace equal to teardown", func(o *options) { o.termGrace = o.teardownTimeout }, []string{"--term-grace", "--teardown-timeout"}},
+		{"grace above teardown", func(o *options) { o.termGrace, o.teardownTimeout = 5*time.Second, 3*time.Second }, []string{"--term-grace", "5s", "3s"}},
+		{"negative grace", func(o *options) { o.termGrace = -time.Second }, []string{"--term-grace"}},
+		{"zero teardown", func(o *options) { o.termGrace, o.teardownTimeout = 0, 0 }, []string{"--teardown-timeout"}},
+		{"zero connect timeout", func(o *options) { o.connectTimeout = 0 }, []string{"--connect-timeout"}},
+		{"zero write timeout", func(o *options) { o.writeTimeout = 0 }, []string{"--write-timeout"}},
+		{"tiny line limit", func(o *options) { o.maxLineBytes = 1023 }, []string{"--max-line-bytes"}},
+		{"line limit 1KiB", func(o *options) { o.maxLineBytes = 1024 }, nil},
+		{"no stdout", func(o *options) { o.maxStdoutBytes = 0 }, []string{"--max-stdout-bytes"}},
+		{"scope process-group", func(o *options) { o.scope = "process-group" }, nil},
+		{"scope cgroup", func(o *options) { o.scope = "cgroup" }, nil}, // refused later if the host has none: TestRunRefusesUnusableCgroup
+		{"bad scope", func(o *options) { o.scope = "jail" }, []string{"--scope", `"jail"`, "auto", "cgroup", "process-group"}},
+		{"scope is case-sensitive", func(o *options) { o.scope = "Auto" }, []string{"--scope"}},
+		{"console logs", func(o *options) { o.logFormat = "console" }, nil},
+		{"bad log format", func(o *options) { o.logFormat = "text" }, []string{"--log-format", `"text"`, "json", "console"}},
+		{"bad log level", func(o *options) { o.logLevel = "trace" }, []string{"--log-level", `"trace"`, "debug", "info", "warn", "error"}},
+	}
+	for _, level := range []string{"debug", "info", "warn", "error"} {
+		tests = append(tests, struct {
+			name   string
+			change func(*options)
+			want   []string
+		}{"log level " + level, func(o *options) { o.logLevel = level }, nil})
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := defaultOptions()
+			tt.change(&o)
+			err := o.validate()
+			if tt.want == nil {
+				if err != nil {
+					t.Fatalf("validate() = %v; want nil", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("validate() = nil; want an error with %q", tt.want)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("validate() = %q; want it to contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadToken(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	withNewline := write("nl", "tok-123\n")
+	crlf := write("crlf", "  tok-456 \r\n")
+	empty := write("empty", "")
+	blank := write("blank", " \n\t\n")
+	big := write("big", strings.Repeat("x", 64<<10+1))
+
+	tests := []struct {
+		name    string
+		file    string
+		env     map[string]string
+		want    string
+		wantErr []string
+	}{
+		{"file with trailing newline", withNewline, nil, "tok-123", nil},
+		{"file with surrounding space", crlf, nil, "tok-456", nil},
+		{"file wins over RELAYD_TOKEN", withNewline, map[string]string{"RELAYD_TOKEN": "from-env"}, "tok-123", nil},
+		{"empty file refused", empty, map[string]string{"RELAYD_TOKEN": "from-env"}, "", []string{"--token-file", empty, "empty"}},
+		{"blank file refused", blank, nil, "", []string{"--token-file", "empty"}},
+		{"missing file", filepath.Join(dir, "missing"), map[string]string{"RELAYD_TOKEN": "from-env"}, "", []string{"--token-file"}},
+		{"file too large", big, nil, "", []string{"--token-file", "larger"}},
+		{"RELAYD_TOKEN fallback", "", map[string]string{"RELAYD_TOKEN": "from-env"}, "from-env", nil},
+		{"RELAYD_TOKEN trimmed", "", map[string]string{"RELAYD_TOKEN": " from-env\n"}, "from-env", nil},
+		{"blank RELAYD_TOKEN", "", map[string]string{"RELAYD_TOKEN": "  "}, "", []string{"--token-file", "RELAYD_TOKEN"}},
+		{"nothing", "", nil, "", []string{"no token", "--token-file", "RELAYD_TOKEN"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := loadToken(tt.file, envOf(tt.env))
+			if tt.wantErr == nil {
+				if err != nil || string(got) != tt.want {
+					t.Fatalf("loadToken = %q, %v; want %q", got, err, tt.want)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("loadToken = %q; want an error", got)
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("loadToken error %q; want it to contain %q", err, w)
+				}
+			}
+			if v := tt.env["RELAYD_TOKEN"]; strings.TrimSpace(v) != "" && strings.Contains(err.Error(), strings.TrimSpace(v)) {
+				t.Fatalf("loadToken error %q shows the token", err)
+			}
+		})
+	}
+}
+
+func TestRunVersion(t *testing.T) {
+	for _, args := range [][]string{{"--version"}, {"--version", "--listen", "127.0.0.1:0"}} {
+		var stdout, stderr bytes.Buffer
+		// No token anywhere: --version needs none, and must not listen.
+		if err := run(args, noEnv, &stdout, &stderr); err != nil {
+			t.Fatalf("run(%q) = %v; want nil", args, err)
+		}
+		if !strings.HasPrefix(stdout.String(), "relayd ") || !strings.Contains(stdout.String(), version) {
+			t.Fatalf("run(%q) wrote %q to stdout; want \"relayd %s ...\"", args, stdout.String(), version)
+		}
+		if !strings.HasSuffix(stdout.String(), "\n") || strings.Count(stdout.String(), "\n") != 1 {
+			t.Fatalf("run(%q) wrote %q; want one line", args, stdout.String())
+		}
+		if stderr.Len() != 0 {
+			t.Fatalf("run(%q) wrote %q to stderr; want nothing", args, stderr.String())
+		}
+	}
+}
+
+func TestActionsHaveNoTwin(t *testing.T) {
+	for name := range noTwin {
+		twin := envName(name)
+		for _, v := range []string{"true", "1", "0.1.0"} {
+			o, _, err := parseFlags(nil, envOf(map[string]string{twin: v}))
+			if err != nil {
+				t.Errorf("%s=%s: %v; want it ignored", twin, v, err)
+			}
+			if o != defaultOptions() {
+				t.Errorf("%s=%s changed the options: %+v", twin, v, o)
+			}
+		}
+	}
+	// Not even through run: with RELAYD_VERSION set relayd goes on to start
+	// (and here stops at the missing token) instead of printing its version.
+	var stdout bytes.Buffer
+	err := run(nil, envOf(map[string]string{"RELAYD_VERSION": "true"}), &stdout, &bytes.Buffer{})
+	if err == nil || stdout.Len() != 0 {
+		t.Fatalf("run with RELAYD_VERSION=true = %v, stdout %q; want it ignored (a token error)", err, stdout.String())
+	}
+}
+
+func TestRunUsageErrors(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	err := run([]string{"--scope", "jail"}, noEnv, &stdout, &stderr)
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != exitUsage {
+		t.Fatalf("run(--scope jail) = %v; want an exitError with code %d", err, exitUsage)
+	}
+	if !strings.Contains(err.Error(), "--scope") || !strings.Contains(err.Error(), "--help") {
+		t.Fatalf("run(--scope jail) = %q; want the flag named and --help pointed to", err)
+	}
+	if stdout.Len() != 0 {
+		t.Fatalf("a usage error wrote %q to stdout", stdout.String())
+	}
+
+	err = run(nil, noEnv, &stdout, &stderr) // no token
+	if !errors.As(err, &ee) || ee.code != exitUsage || !strings.Contains(err.Error(), "token") {
+		t.Fatalf("run without a token = %v; want a usage error about the token", err)
+	}
+
+	stdout.Reset()
+	if err := run([]string{"--help"}, noEnv, &stdout, &stderr); err != nil {
+		t.Fatalf("run(--help) = %v; want nil", err)
+	}
+	for _, f := range allFlags(t) {
+		if !strings.Contains(stdout.String(), "--"+f.Name) {
+			t.Errorf("--help does not list --%s", f.Name)
+		}
+	}
+	if !strings.Contains(stdout.String(), "RELAYD_TERM_GRACE") {
+		t.Errorf("--help does not explain the environment twins: %q", stdout.String())
+	}
+}
+
+// --scope cgroup on a host without a usable cgroup v2 hierarchy is refused
+// at startup with the reason, not silently replaced by process-group. The
+// hierarchy is made unusable by pointing --cgroup-root at a plain directory.
+// This is the only test here that gets past the token: run creates relayd's
+// reaper in this test binary, which therefore starts no child of its own.
+func TestRunRefusesUnusableCgroup(t *testing.T) {
+	root := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	err := run([]string{"--scope", "cgroup", "--cgroup-root", root, "--listen", "127.0.0.1:0", "--workspace", t.TempDir()},
+		envOf(map[string]string{"RELAYD_TOKEN": "tok"}), &stdout, &stderr)
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != exitUsage {
+		t.Fatalf("run(--scope cgroup --cgroup-root %s) = %v; want a usage error", root, err)
+	}
+	for _, w := range []string{"--scope cgroup", root} {
+		if !strings.Contains(err.Error(), w) {
+			t.Fatalf("refusal %q; want it to name %q", err, w)
+		}
+	}
+}
