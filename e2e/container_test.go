@@ -191,3 +191,23 @@ func TestContainerDestroyKillsNamespaceOnly(t *testing.T) {
 		t.Fatalf("relayd exited %d after a destroy; want 1", code)
 	}
 }
+
+// As PID 1, the one reaper collects both orphans and subjects: no subject's
+// status is lost to the orphan reaping, and no zombie accumulates.
+func TestContainerPID1NoStatusLost(t *testing.T) {
+	d := startInNamespace(t, opts{})
+	c := d.connect()
+	for i := 0; i < 40; i++ {
+		r := c.sh(fmt.Sprintf(`(sleep 0.01 &) ; (exit 3 &) ; (true &) ; exit %d`, i), nil)
+		wantExit(t, r, "exited", int64(i))
+	}
+	waitFor(t, 5*time.Second, "no zombie in the namespace", func() bool {
+		for _, state := range nsProcesses(d.init) {
+			if state == 'Z' {
+				return false
+			}
+		}
+		return true
+	})
+	d.stopClean()
+}

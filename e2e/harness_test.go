@@ -594,3 +594,10 @@ func probeCgroup() string {
 		return ""
 	}
 }
+
+// killPid SIGKILLs a process a test's own subject started, if still alive.
+func killPid(pid int) {
+	if pid > 1 && alive(pid) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}

@@ -38,7 +38,7 @@ type Cgroups struct {
 	hasKill bool
 
 	mu      sync.Mutex
-	pending map[string]bool // leaves with survivors, removed once empty
+	pending map[*cgScope]bool // leaves with survivors, removed once empty
 }
 
 // NewCgroups proves that cgroup scopes work under base and sets them up:
@@ -48,7 +48,7 @@ type Cgroups struct {
 // with the reason.
 func NewCgroups(ctx context.Context, r *Reaper, base string) (*Cgroups, error) {
 	c := &Cgroups{base: base, subtree: filepath.Join(base, "relayd-"+strconv.Itoa(os.Getpid())),
-		pending: make(map[string]bool)}
+		pending: make(map[*cgScope]bool)}
 	if err := faultCgroupSetup(); err != nil {
 		return nil, err
 	}
@@ -178,9 +178,9 @@ func (c *Cgroups) sweep(ctx context.Context) {
 		case <-tick.C:
 		}
 		c.mu.Lock()
-		for dir := range c.pending {
-			if err := os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
-				delete(c.pending, dir)
+		for s := range c.pending {
+			if s.remove() {
+				delete(c.pending, s)
 			}
 		}
 		c.mu.Unlock()
@@ -207,9 +207,10 @@ func (c *Cgroups) newLeaf() (*cgScope, error) {
 }
 
 type cgScope struct {
-	c   *Cgroups
-	dir string
-	fd  int // the leaf, open for clone3 until the subject runs
+	c       *Cgroups
+	dir     string
+	fd      int         // the leaf, open for clone3 until the subject runs
+	removed atomic.Bool // the leaf was removed, which the kernel allows only when it is empty
 }
 
 func (s *cgScope) Mechanism() string { return Cgroup }
@@ -236,8 +237,14 @@ func (s *cgScope) started(int) {
 // Members reads the leaf's cgroup.procs. An empty list counts only when
 // cgroup.events also says "populated 0"; any read failure is no evidence.
 func (s *cgScope) Members() ([]Member, error) {
+	if s.removed.Load() {
+		return nil, nil
+	}
 	pids, err := s.procs()
 	if err != nil {
+		if s.removed.Load() { // removed while we read: it was empty
+			return nil, nil
+		}
 		return nil, err
 	}
 	if len(pids) == 0 {
@@ -339,15 +346,34 @@ func (s *cgScope) Signal(sig syscall.Signal) error {
 	return first
 }
 
+// LeaveAlone hands the leaf to the sweep, which removes it once its
+// survivors are gone.
+func (s *cgScope) LeaveAlone() {
+	if !s.remove() {
+		s.c.mu.Lock()
+		s.c.pending[s] = true
+		s.c.mu.Unlock()
+	}
+}
+
 // Close removes the leaf when it is empty; a leaf with survivors is
 // removed later, once they are gone.
 func (s *cgScope) Close() {
 	s.started(0)
-	if err := os.Remove(s.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		s.c.mu.Lock()
-		s.c.pending[s.dir] = true
-		s.c.mu.Unlock()
+	s.LeaveAlone()
+}
+
+// remove removes the leaf if it is empty and reports whether it is gone.
+func (s *cgScope) remove() bool {
+	if s.removed.Load() {
+		return true
 	}
+	err := os.Remove(s.dir)
+	if err == nil || errors.Is(err, os.ErrNotExist) {
+		s.removed.Store(true)
+		return true
+	}
+	return false
 }
 
 func writeFile(path, data string) error {

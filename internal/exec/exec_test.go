@@ -767,6 +767,7 @@ func (f *failingScope) Mechanism() string                  { return "fake" }
 func (f *failingScope) Members() ([]Member, error)         { return nil, errSetup }
 func (f *failingScope) Signal(syscall.Signal) error        { return errSetup }
 func (f *failingScope) Close()                             {}
+func (f *failingScope) LeaveAlone()                        {}
 func (f *failingScope) prepare(*syscall.SysProcAttr) error { return errSetup }
 func (f *failingScope) started(int)                        { f.startedCalls++ }
 

@@ -100,6 +100,9 @@ func (s *pgScope) started(pid int) {
 	s.t.scopes[s] = struct{}{}
 }
 
+// LeaveAlone keeps tracking: survivors' descendants stay members.
+func (s *pgScope) LeaveAlone() {}
+
 func (s *pgScope) Close() {
 	s.t.mu.Lock()
 	defer s.t.mu.Unlock()

@@ -18,6 +18,10 @@ type Scope interface {
 	Members() ([]Member, error)
 	// Signal sends sig to every live member, never to a process outside the scope.
 	Signal(sig syscall.Signal) error
+	// LeaveAlone says the subject exited and what remains is left alone
+	// (protocol rule 6.1): the mechanism frees what it holds once the scope
+	// is empty, and Members reports an empty scope from then on.
+	LeaveAlone()
 	// Close stops tracking. It signals nothing.
 	Close()
 

@@ -212,6 +212,7 @@ func (s *Server) run(ex *execution) (res protocol.Executed) {
 		members, err := scope.Members()
 		if err != nil || len(members) > 0 {
 			res.Survivors = describe(members, subj.PID)
+			scope.LeaveAlone()
 			ex.kept = scope
 		} else {
 			scope.Close()
