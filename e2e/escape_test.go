@@ -130,7 +130,7 @@ func TestCgroupLeavesDoNotLeak(t *testing.T) {
 }
 
 // subtreeOf reads relayd's cgroup subtree from its startup log.
-func subtreeOf(t *testing.T, d *daemon) string {
+func subtreeOf(t testing.TB, d *daemon) string {
 	t.Helper()
 	logs := d.logs.String()
 	i := strings.Index(logs, `"subtree":"`)

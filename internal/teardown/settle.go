@@ -92,6 +92,9 @@ func Settle(ctx context.Context, scope Scope, opts Options) Outcome {
 			break
 		}
 		if !now.Before(graceEnd) && empties == 0 {
+			if !out.Killed {
+				wait = pollFloor // SIGKILL acts at once: look again soon
+			}
 			out.Killed = true
 			if err := scope.Signal(syscall.SIGKILL); err != nil {
 				out.Err = err

@@ -1,0 +1,77 @@
+package session
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/relayd/relayd/internal/env"
+	"github.com/relayd/relayd/internal/exec"
+)
+
+// BenchmarkExecuteTrue is the in-process twin of e2e's round-trip
+// benchmark, for profiling the server's own path:
+//
+//	go test -run '^$' -bench ExecuteTrue -cpuprofile cpu.out ./internal/session/
+func BenchmarkExecuteTrue(b *testing.B) {
+	for _, mech := range []string{exec.ProcessGroup, exec.Cgroup} {
+		b.Run(mech, func(b *testing.B) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+			newScope := exec.NewTracker(ctx, testReaper, 50*time.Millisecond).NewScope
+			if mech == exec.Cgroup {
+				cg, err := env.FindCgroup2("")
+				if err != nil {
+					b.Skip(err)
+				}
+				c, err := exec.NewCgroups(ctx, testReaper, cg.Base)
+				if err != nil {
+					b.Skip(err)
+				}
+				defer c.Release()
+				newScope = c.NewScope
+			}
+			srv := New(Config{
+				Token: []byte(testToken), Workspace: b.TempDir(), Version: "bench",
+				TermGrace: time.Second, TeardownTimeout: 3 * time.Second, WriteTimeout: 5 * time.Second,
+				MaxLineBytes: 1 << 20, MaxStdoutBytes: 1 << 20, BaseEnv: env.Base(os.Environ()),
+				Reaper: testReaper, NewScope: newScope, Mechanism: mech, Log: zerolog.Nop(),
+			})
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			go srv.Serve(ln)
+			defer srv.Shutdown()
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			r := bufio.NewReader(c)
+			req := []byte(`{"token":"` + testToken + `","kind":"execute","command":"/bin/true"}` + "\n")
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := c.Write(req); err != nil {
+					b.Fatal(err)
+				}
+				line, err := r.ReadBytes('\n')
+				if err != nil {
+					b.Fatal(err)
+				}
+				var m map[string]any
+				if json.Unmarshal(line, &m) != nil || m["exitCode"] != float64(0) {
+					b.Fatalf("reply %s", line)
+				}
+			}
+		})
+	}
+}
