@@ -14,10 +14,13 @@ import (
 // forks again in a loop, each child recording its pid and writing into the
 // workspace. After settlement every process it made is dead and the
 // workspace stays still.
-func TestForkingEscapeeSettled(t *testing.T) { eachScope(t, testForkingEscapeeSettled) }
+func TestForkingEscapeeSettled(t *testing.T) {
+	eachScope(t, func(t *testing.T, mech string) { forkingEscapee(t, opts{scope: mech}) })
+	noKillVariant(t, forkingEscapee)
+}
 
-func testForkingEscapeeSettled(t *testing.T, mech string) {
-	d := startRelayd(t, opts{scope: mech})
+func forkingEscapee(t *testing.T, o opts) {
+	d := startRelayd(t, o)
 	pids := d.pidFile("forker.pids")
 	forker := filepath.Join(d.dir, "forker.sh")
 	script := fmt.Sprintf(`trap '' TERM

@@ -571,6 +571,18 @@ func eachScope(t *testing.T, test func(t *testing.T, mech string)) {
 	}
 }
 
+// noKillVariant runs a settling test once more with the cgroup mechanism
+// acting as on a kernel without cgroup.kill (freeze, kill each, thaw): a
+// seam only the relayd_faults build has.
+func noKillVariant(t *testing.T, test func(t *testing.T, o opts)) {
+	t.Run("cgroup-without-cgroup.kill", func(t *testing.T) {
+		if cgroupSkip != "" {
+			t.Skip(cgroupSkip)
+		}
+		test(t, opts{scope: "cgroup", bin: faultBin, env: []string{"RELAYD_FAULT_NO_CGROUP_KILL=1"}})
+	})
+}
+
 // cgroupSkip says why the cgroup mechanism cannot run here ("" when it can);
 // TestMain asks relayd itself.
 var cgroupSkip string

@@ -66,7 +66,7 @@ func NewCgroups(ctx context.Context, r *Reaper, base string) (*Cgroups, error) {
 		return nil, fmt.Errorf("exec.NewCgroups: cannot move relayd into %s: %w", daemon, err)
 	}
 	_, err := os.Stat(filepath.Join(daemon, "cgroup.kill"))
-	c.hasKill = err == nil
+	c.hasKill = err == nil && !faultNoCgroupKill()
 	if err := c.probe(r); err != nil {
 		c.Release()
 		return nil, err
@@ -300,20 +300,47 @@ func (s *cgScope) populated() (bool, error) {
 }
 
 // Signal sends sig to every process in the leaf. SIGKILL goes through
-// cgroup.kill where the kernel has it, which also catches a fork in flight.
-// Other signals go to each listed process through a pidfd opened before a
-// second read of cgroup.procs confirms it is still a member, so a pid reused
-// outside the leaf is never signalled.
+// cgroup.kill where the kernel has it, which also catches a fork in flight;
+// without it the leaf is frozen first, so nothing forks while each process
+// is killed, and thawed after. Other signals go to each listed process
+// through a pidfd opened before a second read of cgroup.procs confirms it is
+// still a member, so a pid reused outside the leaf is never signalled.
 func (s *cgScope) Signal(sig syscall.Signal) error {
-	if sig == syscall.SIGKILL && s.c.hasKill {
+	if sig == syscall.SIGKILL {
 		if err := faultCgroupRead(); err != nil {
 			return err
 		}
-		if err := writeFile(filepath.Join(s.dir, "cgroup.kill"), "1"); err != nil {
-			return fmt.Errorf("exec: cgroup.kill %s: %w", s.dir, err)
+		if s.c.hasKill {
+			if err := writeFile(filepath.Join(s.dir, "cgroup.kill"), "1"); err != nil {
+				return fmt.Errorf("exec: cgroup.kill %s: %w", s.dir, err)
+			}
+			return nil
 		}
-		return nil
+		return s.freezeAndKill()
 	}
+	return s.signalEach(sig)
+}
+
+// freezeAndKill is SIGKILL without cgroup.kill: freeze the leaf (waiting a
+// little for "frozen 1"), SIGKILL every listed process, thaw. A fatal signal
+// ends a frozen process once it is thawed.
+func (s *cgScope) freezeAndKill() error {
+	freeze := filepath.Join(s.dir, "cgroup.freeze")
+	frozen := writeFile(freeze, "1") == nil
+	if frozen {
+		defer writeFile(freeze, "0")
+		deadline := time.Now().Add(50 * time.Millisecond)
+		for time.Now().Before(deadline) {
+			if b, err := os.ReadFile(filepath.Join(s.dir, "cgroup.events")); err != nil || strings.Contains(string(b), "frozen 1") {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return s.signalEach(syscall.SIGKILL)
+}
+
+func (s *cgScope) signalEach(sig syscall.Signal) error {
 	pids, err := s.procs()
 	if err != nil {
 		return err

@@ -14,3 +14,6 @@ func faultScopeSetup() error { return nil }
 // faultCgroupSetup and faultCgroupRead are test seams for the cgroup mechanism.
 func faultCgroupSetup() error { return nil }
 func faultCgroupRead() error  { return nil }
+
+// faultNoCgroupKill is a test seam: the relayd_faults build can hide cgroup.kill.
+func faultNoCgroupKill() bool { return false }

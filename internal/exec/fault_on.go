@@ -38,3 +38,7 @@ func faultCgroupRead() error {
 	}
 	return nil
 }
+
+// faultNoCgroupKill makes relayd act as on a kernel without cgroup.kill
+// (freeze, kill each, thaw) when RELAYD_FAULT_NO_CGROUP_KILL is set.
+func faultNoCgroupKill() bool { return os.Getenv("RELAYD_FAULT_NO_CGROUP_KILL") != "" }
