@@ -22,6 +22,8 @@ type options struct {
 	termGrace       time.Duration
 	teardownTimeout time.Duration
 	writeTimeout    time.Duration
+	authTimeout     time.Duration
+	maxConnections  int
 	maxLineBytes    byteSize
 	maxStdoutBytes  byteSize
 	artifactsDir    string
@@ -41,6 +43,8 @@ func defaultOptions() options {
 		termGrace:       2 * time.Second,
 		teardownTimeout: 10 * time.Second,
 		writeTimeout:    10 * time.Second,
+		authTimeout:     10 * time.Second,
+		maxConnections:  1024,
 		maxLineBytes:    1 << 20,
 		maxStdoutBytes:  1 << 20,
 		scope:           "auto",
@@ -71,6 +75,8 @@ func parseFlags(args []string, getenv func(string) string) (options, *pflag.Flag
 	fs.DurationVar(&o.termGrace, "term-grace", o.termGrace, "time from SIGTERM to SIGKILL when settling a scope")
 	fs.DurationVar(&o.teardownTimeout, "teardown-timeout", o.teardownTimeout, "bound on a whole settlement, destroy included")
 	fs.DurationVar(&o.writeTimeout, "write-timeout", o.writeTimeout, "bound on one write to a peer; a peer that does not read counts as gone")
+	fs.DurationVar(&o.authTimeout, "auth-timeout", o.authTimeout, "a connection that has not sent an authenticated message by then is closed")
+	fs.IntVar(&o.maxConnections, "max-connections", o.maxConnections, "most controller connections open at once; one more is answered with a busy error and closed")
 	fs.Var(&o.maxLineBytes, "max-line-bytes", "longest accepted message line (e.g. 1MiB, 65536)")
 	fs.Var(&o.maxStdoutBytes, "max-stdout-bytes", "raw-mode stdout returned per execution")
 	fs.StringVar(&o.artifactsDir, "artifacts-dir", o.artifactsDir, "directory for each execution's complete stdout and stderr")
@@ -126,6 +132,10 @@ func (o options) validate() error {
 		return bad("term-grace", "--term-grace (%s) must be shorter than --teardown-timeout (%s): SIGKILL must come before the deadline", o.termGrace, o.teardownTimeout)
 	case o.writeTimeout <= 0:
 		return bad("write-timeout", "--write-timeout must be positive, got %s", o.writeTimeout)
+	case o.authTimeout <= 0:
+		return bad("auth-timeout", "--auth-timeout must be positive, got %s", o.authTimeout)
+	case o.maxConnections < 1:
+		return bad("max-connections", "--max-connections must be at least 1, got %d", o.maxConnections)
 	case o.maxLineBytes > 1<<30:
 		return bad("max-line-bytes", "--max-line-bytes must be at most 1GiB, got %d", o.maxLineBytes)
 	case o.maxLineBytes < 1024:

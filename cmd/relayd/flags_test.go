@@ -33,6 +33,8 @@ var section9 = map[string]string{
 	"term-grace":       "2s",
 	"teardown-timeout": "10s",
 	"write-timeout":    "10s",
+	"auth-timeout":     "10s",
+	"max-connections":  "1024",
 	"max-line-bytes":   "1048576", // 1MiB
 	"max-stdout-bytes": "1048576", // 1MiB
 	"artifacts-dir":    "",
@@ -52,6 +54,8 @@ func TestParseFlagsDefaults(t *testing.T) {
 		termGrace:       2 * time.Second,
 		teardownTimeout: 10 * time.Second,
 		writeTimeout:    10 * time.Second,
+		authTimeout:     10 * time.Second, // not in protocol section 9: relayd's own
+		maxConnections:  1024,             // likewise
 		maxLineBytes:    1 << 20,
 		maxStdoutBytes:  1 << 20,
 		scope:           "auto",
@@ -104,6 +108,8 @@ var twinCases = map[string]twinCase{
 	"term-grace":       {"750ms", func(o options) bool { return o.termGrace == 750*time.Millisecond }, "2"},
 	"teardown-timeout": {"1m", func(o options) bool { return o.teardownTimeout == time.Minute }, "ten seconds"},
 	"write-timeout":    {"3s", func(o options) bool { return o.writeTimeout == 3*time.Second }, "-"},
+	"auth-timeout":     {"4s", func(o options) bool { return o.authTimeout == 4*time.Second }, "never"},
+	"max-connections":  {"64", func(o options) bool { return o.maxConnections == 64 }, "many"},
 	"max-line-bytes":   {"64KiB", func(o options) bool { return o.maxLineBytes == 64<<10 }, "lots"},
 	"max-stdout-bytes": {"2MiB", func(o options) bool { return o.maxStdoutBytes == 2<<20 }, "1TB"},
 	"artifacts-dir":    {"/artifacts", func(o options) bool { return o.artifactsDir == "/artifacts" }, ""},
@@ -211,6 +217,7 @@ func TestFlagWinsOverTwin(t *testing.T) {
 		"listen": "127.0.0.1:1", "connect": "10.9.9.9:1", "connect-timeout": "5s",
 		"token-file": "/flag/token", "workspace": "/flag/ws", "instruction-file": "/flag/task",
 		"term-grace": "1s", "teardown-timeout": "30s", "write-timeout": "7s",
+		"auth-timeout": "9s", "max-connections": "7",
 		"max-line-bytes": "4096", "max-stdout-bytes": "12345", "artifacts-dir": "/flag/art",
 		"scope": "cgroup", "cgroup-root": "/flag/cg", "destroy-command": "true",
 		"log-format": "json", "log-level": "warn",

@@ -135,6 +135,8 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		TermGrace:       o.termGrace,
 		TeardownTimeout: o.teardownTimeout,
 		WriteTimeout:    o.writeTimeout,
+		AuthTimeout:     o.authTimeout,
+		MaxConnections:  o.maxConnections,
 		MaxLineBytes:    int(o.maxLineBytes),
 		MaxStdoutBytes:  int(o.maxStdoutBytes),
 		ArtifactsDir:    o.artifactsDir,
@@ -225,6 +227,13 @@ func dialOut(ctx context.Context, o options, srv *session.Server, log zerolog.Lo
 // white space (a trailing newline) is not part of it.
 func loadToken(file string, getenv func(string) string) ([]byte, error) {
 	if file != "" {
+		info, err := os.Stat(file)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %v", err)
+		}
+		if perm := info.Mode().Perm(); perm&0o006 != 0 {
+			return nil, fmt.Errorf("--token-file %s can be read or written by every user (mode %04o): make it readable by relayd only, e.g. chmod 600 %s", file, perm, file)
+		}
 		b, err := readBounded(file, 64<<10)
 		if err != nil {
 			return nil, fmt.Errorf("--token-file: %v", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -57,6 +58,10 @@ func (cn *conn) loop() string {
 	in := make(chan inbound)
 	done := make(chan struct{})
 	defer close(done)
+	if !cn.dialOut && cn.srv.cfg.AuthTimeout > 0 {
+		// Until a message carries the token, the peer has this long.
+		_ = cn.c.SetReadDeadline(time.Now().Add(cn.srv.cfg.AuthTimeout))
+	}
 	go cn.read(in, done)
 
 	if cn.dialOut {
@@ -124,6 +129,9 @@ func (cn *conn) peerEnded(err error) string {
 	if errors.Is(err, io.EOF) {
 		return cn.finish("peer closed")
 	}
+	if errors.Is(err, os.ErrDeadlineExceeded) && !cn.authed {
+		return cn.finish("no authenticated message within --auth-timeout")
+	}
 	return cn.finish("read failed")
 }
 
@@ -169,6 +177,7 @@ func (cn *conn) handle(line []byte) string {
 	}
 	if !cn.authed {
 		cn.authed = true
+		_ = cn.c.SetReadDeadline(time.Time{}) // an authenticated peer may stay idle for hours
 		cn.log.Debug().Msg("authenticated")
 	}
 	if perr != nil {

@@ -209,7 +209,7 @@ func (s *Server) run(ex *execution) (res protocol.Executed) {
 		}
 		subj.CutStdout(cutLimit)
 		out.fill(&res, req.ResultToken, false)
-		members, err := scope.Members()
+		members, err := lookAfterExit(scope)
 		if err != nil || len(members) > 0 {
 			res.Survivors = describe(members, subj.PID)
 			scope.LeaveAlone()
@@ -286,6 +286,20 @@ func (s *Server) destroyScope(ex *execution, scope exec.Scope, outcome teardown.
 // last look: a fifth of it, at most 200ms.
 func destroyReserve(teardown time.Duration) time.Duration {
 	return min(teardown/5, 200*time.Millisecond)
+}
+
+// lookAfterExit looks for survivors once the subject has exited; a look
+// that fails (a cgroup still populated by the exiting subject) is retried
+// for a moment before it counts.
+func lookAfterExit(scope exec.Scope) ([]exec.Member, error) {
+	deadline := time.Now().Add(50 * time.Millisecond)
+	for {
+		members, err := scope.Members()
+		if err == nil || time.Now().After(deadline) {
+			return members, err
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // describe turns members into survivors, leaving out the subject itself.

@@ -11,6 +11,8 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -24,6 +26,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/relayd/relayd/internal/exec"
+	"github.com/relayd/relayd/internal/protocol"
 	"github.com/relayd/relayd/internal/teardown"
 )
 
@@ -37,6 +40,8 @@ type Config struct {
 	TermGrace       time.Duration
 	TeardownTimeout time.Duration
 	WriteTimeout    time.Duration
+	AuthTimeout     time.Duration // listen mode: time to the first authenticated message
+	MaxConnections  int           // listen mode: connections served at once
 	MaxLineBytes    int
 	MaxStdoutBytes  int
 	ArtifactsDir    string   // "" for none
@@ -64,8 +69,9 @@ type Server struct {
 	destroy    context.CancelFunc
 
 	sessions    sync.WaitGroup
-	unconfirmed atomic.Bool // some settlement was not confirmed
-	nsKilled    atomic.Bool // a destroy SIGKILLed every process of relayd's PID namespace
+	conns       atomic.Int64 // open listen-mode connections
+	unconfirmed atomic.Bool  // some settlement was not confirmed
+	nsKilled    atomic.Bool  // a destroy SIGKILLed every process of relayd's PID namespace
 }
 
 // New returns a Server. It picks the first execution number so that
@@ -135,14 +141,33 @@ func (s *Server) Serve(ln net.Listener) error {
 			}
 			break
 		}
+		if s.cfg.MaxConnections > 0 && s.conns.Load() >= int64(s.cfg.MaxConnections) {
+			s.refuse(conn)
+			continue
+		}
+		s.conns.Add(1)
 		s.sessions.Add(1)
 		go func() {
 			defer s.sessions.Done()
+			defer s.conns.Add(-1)
 			s.serveConn(conn, false)
 		}()
 	}
 	s.sessions.Wait()
 	return err
+}
+
+// refuse answers a connection over --max-connections with a busy error
+// and closes it, without blocking the accept loop.
+func (s *Server) refuse(c net.Conn) {
+	s.log.Warn().Str("peer", c.RemoteAddr().String()).Int("max", s.cfg.MaxConnections).Msg("connection refused: too many connections")
+	go func() {
+		defer c.Close()
+		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+		msg := fmt.Sprintf(`{"kind":"error","error":{"category":%q,"message":"too many connections: relayd serves at most %d at once (--max-connections); try again later"}}`+"\n",
+			protocol.CatBusy, s.cfg.MaxConnections)
+		_, _ = io.WriteString(c, msg)
+	}()
 }
 
 // isTemporaryAccept is true for failures that pass: out of descriptors.
