@@ -187,6 +187,12 @@ func TestContainerDestroyKillsNamespaceOnly(t *testing.T) {
 	if !alive(init) {
 		t.Fatal("relayd (PID 1) did not survive its own destroy")
 	}
+	// A later subject that dies of its own SIGKILL is its own death, not the destroy's.
+	r = c.sh(`kill -KILL $$`, nil)
+	wantExit(t, r, "exited", 137)
+	if r["signal"] != "SIGKILL" {
+		t.Fatalf("signal %v; want SIGKILL", r["signal"])
+	}
 	if code := d.stop(); code != 1 {
 		t.Fatalf("relayd exited %d after a destroy; want 1", code)
 	}

@@ -16,7 +16,7 @@ import (
 // scopes is the mechanism chosen at startup.
 type scopes struct {
 	mechanism string
-	newScope  func() (exec.Scope, error)
+	newScope  func(name string) (exec.Scope, error)
 	release   func()
 }
 
@@ -36,7 +36,13 @@ func chooseScope(ctx context.Context, o options, r *exec.Reaper, t *exec.Tracker
 		if stale := exec.CleanStale(cg.Base); len(stale) > 0 {
 			log.Info().Strs("removed", stale).Msg("removed empty cgroup leaves of an earlier relayd")
 		}
-		c, err = exec.NewCgroups(ctx, r, cg.Base)
+		home := cg.Base
+		if o.cgroupRoot != "" {
+			if own, err := env.FindCgroup2(""); err == nil {
+				home = own.Base
+			}
+		}
+		c, err = exec.NewCgroups(ctx, r, cg.Base, home)
 	}
 	if err != nil {
 		if o.scope == "cgroup" {

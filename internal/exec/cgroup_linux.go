@@ -32,7 +32,8 @@ const Cgroup = "cgroup"
 // cgroup.events "populated 0"; SIGKILL is cgroup.kill, which also catches
 // processes forked while it runs.
 type Cgroups struct {
-	base    string // the cgroup relayd was started in
+	base    string // where relayd's subtree is made
+	home    string // the cgroup relayd was started in
 	subtree string // BASE/relayd-PID
 	next    atomic.Uint64
 	hasKill bool
@@ -46,8 +47,10 @@ type Cgroups struct {
 // starts a probe child in a fresh leaf through r, waits for the leaf to
 // empty, and removes it. Any failure leaves nothing behind and is returned
 // with the reason.
-func NewCgroups(ctx context.Context, r *Reaper, base string) (*Cgroups, error) {
-	c := &Cgroups{base: base, subtree: filepath.Join(base, "relayd-"+strconv.Itoa(os.Getpid())),
+//
+// home is the cgroup relayd runs in now, where Release moves it back.
+func NewCgroups(ctx context.Context, r *Reaper, base, home string) (*Cgroups, error) {
+	c := &Cgroups{base: base, home: home, subtree: filepath.Join(base, "relayd-"+strconv.Itoa(os.Getpid())),
 		pending: make(map[*cgScope]bool)}
 	if err := faultCgroupSetup(); err != nil {
 		return nil, err
@@ -65,6 +68,9 @@ func NewCgroups(ctx context.Context, r *Reaper, base string) (*Cgroups, error) {
 		os.Remove(c.subtree)
 		return nil, fmt.Errorf("exec.NewCgroups: cannot move relayd into %s: %w", daemon, err)
 	}
+	// A subtree of the same name is a leftover of an earlier relayd that had
+	// our pid (PID 1 of a restarted container): its empty leaves go now.
+	c.removeEmptyLeaves()
 	_, err := os.Stat(filepath.Join(daemon, "cgroup.kill"))
 	c.hasKill = err == nil && !faultNoCgroupKill()
 	if err := c.probe(r); err != nil {
@@ -78,11 +84,10 @@ func NewCgroups(ctx context.Context, r *Reaper, base string) (*Cgroups, error) {
 // probe spawns a child that exits at once into a new leaf, and checks that
 // the leaf reports it populated and then empty.
 func (c *Cgroups) probe(r *Reaper) error {
-	sc, err := c.newLeaf()
+	sc, err := c.newLeaf("probe")
 	if err != nil {
 		return err
 	}
-	defer sc.Close()
 	sys := &syscall.SysProcAttr{}
 	if err := sc.prepare(sys); err != nil {
 		return err
@@ -110,11 +115,11 @@ func (c *Cgroups) probe(r *Reaper) error {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		members, err := sc.Members()
-		if err == nil && len(members) == 0 {
+		if err == nil && len(members) == 0 && sc.remove() {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("exec.probe: the probe leaf %s never reported populated 0: %v", sc.dir, err)
+			return fmt.Errorf("exec.probe: the probe leaf %s did not report populated 0 and go away: %v", sc.dir, err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -124,14 +129,21 @@ func (c *Cgroups) probe(r *Reaper) error {
 // everything of its subtree that is empty. Leaves with survivors stay; a
 // later relayd removes them once empty (CleanStale).
 func (c *Cgroups) Release() {
-	_ = writeFile(filepath.Join(c.base, "cgroup.procs"), strconv.Itoa(os.Getpid()))
+	_ = writeFile(filepath.Join(c.home, "cgroup.procs"), strconv.Itoa(os.Getpid()))
+	c.removeEmptyLeaves()
+	_ = os.Remove(filepath.Join(c.subtree, "daemon"))
+	_ = os.Remove(c.subtree)
+}
+
+// removeEmptyLeaves removes every execution leaf of the subtree that is
+// empty (the kernel refuses to remove the others).
+func (c *Cgroups) removeEmptyLeaves() {
 	entries, _ := os.ReadDir(c.subtree)
 	for _, e := range entries {
-		if e.IsDir() {
+		if e.IsDir() && e.Name() != "daemon" {
 			_ = os.Remove(filepath.Join(c.subtree, e.Name()))
 		}
 	}
-	_ = os.Remove(c.subtree)
 }
 
 // CleanStale removes the empty leaves and subtrees that relayds which are
@@ -190,20 +202,31 @@ func (c *Cgroups) sweep(ctx context.Context) {
 // Subtree is relayd's own part of the hierarchy.
 func (c *Cgroups) Subtree() string { return c.subtree }
 
-// NewScope creates the leaf of one execution.
-func (c *Cgroups) NewScope() (Scope, error) {
+// NewScope creates the leaf of one execution, named after it.
+func (c *Cgroups) NewScope(name string) (Scope, error) {
 	if err := faultScopeSetup(); err != nil {
 		return nil, err
 	}
-	return c.newLeaf()
+	if name == "" {
+		name = "x-" + strconv.FormatUint(c.next.Add(1), 10)
+	}
+	return c.newLeaf(name)
 }
 
-func (c *Cgroups) newLeaf() (*cgScope, error) {
-	dir := filepath.Join(c.subtree, "x-"+strconv.FormatUint(c.next.Add(1), 10))
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("%w: cannot create cgroup leaf %s: %v", ErrScopeUnavailable, dir, err)
+// newLeaf creates a leaf; a name already taken (by a leaf that still holds
+// survivors of an earlier relayd) gets a suffix.
+func (c *Cgroups) newLeaf(name string) (*cgScope, error) {
+	dir := filepath.Join(c.subtree, name)
+	for i := 2; ; i++ {
+		err := os.Mkdir(dir, 0o755)
+		if err == nil {
+			return &cgScope{c: c, dir: dir, fd: -1}, nil
+		}
+		if !errors.Is(err, os.ErrExist) || i > 100 {
+			return nil, fmt.Errorf("%w: cannot create cgroup leaf %s: %v", ErrScopeUnavailable, dir, err)
+		}
+		dir = filepath.Join(c.subtree, name+"."+strconv.Itoa(i))
 	}
-	return &cgScope{c: c, dir: dir, fd: -1}, nil
 }
 
 type cgScope struct {

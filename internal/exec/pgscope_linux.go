@@ -64,8 +64,9 @@ func (t *Tracker) run(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// NewScope returns an empty process-group scope; the subject joins it when it starts.
-func (t *Tracker) NewScope() (Scope, error) {
+// NewScope returns an empty process-group scope; the subject joins it when
+// it starts. The name (an execution id) is not used by this mechanism.
+func (t *Tracker) NewScope(name string) (Scope, error) {
 	if err := faultScopeSetup(); err != nil {
 		return nil, err
 	}

@@ -32,7 +32,7 @@ func BenchmarkExecuteTrue(b *testing.B) {
 				if err != nil {
 					b.Skip(err)
 				}
-				c, err := exec.NewCgroups(ctx, testReaper, cg.Base)
+				c, err := exec.NewCgroups(ctx, testReaper, cg.Base, cg.Base)
 				if err != nil {
 					b.Skip(err)
 				}

@@ -124,8 +124,12 @@ func (s *Server) run(ex *execution) (res protocol.Executed) {
 		Settlement: protocol.SettleNone, Survivors: []protocol.Survivor{},
 		Scope: protocol.ScopeInfo{Mechanism: s.cfg.Mechanism}, Termination: protocol.Exited}
 	out := newOutput(req, s.cfg.MaxStdoutBytes)
+	var ended time.Time // when the subject's status was collected
 	defer func() {
-		res.DurationMs = time.Since(began).Milliseconds()
+		if ended.IsZero() {
+			ended = time.Now()
+		}
+		res.DurationMs = ended.Sub(began).Milliseconds()
 		ev := ex.log.Info()
 		if res.Settlement == protocol.SettleFailed || res.Settlement == protocol.SettleDestroyed {
 			ev = ex.log.Warn()
@@ -157,7 +161,7 @@ func (s *Server) run(ex *execution) (res protocol.Executed) {
 		}
 		return failed(protocol.ExitNotExecutable, fmt.Sprintf("program %q is not executable", req.Command))
 	}
-	scope, err := s.cfg.NewScope()
+	scope, err := s.cfg.NewScope(ex.id)
 	if err != nil {
 		ex.log.Error().Err(err).Msg("scope setup failed")
 		return failed(protocol.ExitScopeUnavailable, "the execution scope could not be set up: "+err.Error())
@@ -201,7 +205,10 @@ func (s *Server) run(ex *execution) (res protocol.Executed) {
 		default:
 		}
 	}
-	if exited && !(s.nsKilled.Load() && !st.Exited && st.Signal == syscall.SIGKILL) {
+	if exited {
+		ended = st.At
+	}
+	if exited && !s.killedByDestroy(subj, st) {
 		// Rule 6.1: an exited subject is left alone; survivors are reported.
 		res.ExitCode = st.ExitCode()
 		if !st.Exited {
@@ -242,7 +249,12 @@ func (s *Server) run(ex *execution) (res protocol.Executed) {
 	res.ExitCode = protocol.ExitFramework
 	teardownBy := time.Now().Add(s.cfg.TeardownTimeout)
 	outcome := teardown.Settle(s.destroyCtx, scope, teardown.Options{
-		Grace: s.cfg.TermGrace, Deadline: teardownBy.Add(-destroyReserve(s.cfg.TeardownTimeout))})
+		Grace: s.cfg.TermGrace, Deadline: teardownBy.Add(-s.destroyReserve())})
+	select {
+	case st := <-subj.Exited():
+		ended = st.At
+	default:
+	}
 	if outcome.Confirmed {
 		res.Settlement = protocol.SettleSettled
 		subj.CutStdout(cutLimit)
@@ -265,12 +277,12 @@ func (s *Server) destroyScope(ex *execution, scope exec.Scope, outcome teardown.
 		ev = ev.AnErr("lastError", outcome.Err)
 	}
 	ev.Bool("killNamespace", s.cfg.Destroy.KillNamespace).Msg("settlement not confirmed; destroying")
-	last := time.Now().Add(destroyReserve(s.cfg.TeardownTimeout))
+	last := time.Now().Add(s.destroyReserve())
 	if last.After(deadline) {
 		last = deadline
 	}
 	if s.cfg.Destroy.KillNamespace {
-		s.nsKilled.Store(true)
+		s.nsKilledAt.Store(time.Now().UnixNano())
 	}
 	confirmed, err := teardown.Destroy(scope, s.cfg.Destroy, last)
 	if err != nil {
@@ -282,10 +294,26 @@ func (s *Server) destroyScope(ex *execution, scope exec.Scope, outcome teardown.
 	return protocol.SettleFailed
 }
 
-// destroyReserve is the part of the teardown deadline kept for destroy's
-// last look: a fifth of it, at most 200ms.
-func destroyReserve(teardown time.Duration) time.Duration {
-	return min(teardown/5, 200*time.Millisecond)
+// killedByDestroy reports whether a subject that died of SIGKILL was
+// running when a destroy killed every process of the namespace: then it is
+// the framework's end, not the subject's own.
+func (s *Server) killedByDestroy(subj *exec.Subject, st exec.Status) bool {
+	at := s.nsKilledAt.Load()
+	if at == 0 || st.Exited || st.Signal != syscall.SIGKILL {
+		return false
+	}
+	kill := time.Unix(0, at)
+	return subj.Started.Before(kill) && !st.At.Before(kill)
+}
+
+// destroyReserve is the part of the teardown deadline kept for destroy: a
+// fifth of it, at most 200ms, or a full fifth when a --destroy-command must
+// run in it too.
+func (s *Server) destroyReserve() time.Duration {
+	if s.cfg.Destroy.Command != nil {
+		return s.cfg.TeardownTimeout / 5
+	}
+	return min(s.cfg.TeardownTimeout/5, 200*time.Millisecond)
 }
 
 // lookAfterExit looks for survivors once the subject has exited; a look
@@ -319,8 +347,9 @@ func describe(members []exec.Member, subject int) []protocol.Survivor {
 }
 
 // spawnFailure maps a failed start to the exit code and detail of protocol
-// 4.2: exec's own errors are 127 (not found) or 126 (cannot be executed);
-// a failure before exec (pipes, the scope, fork itself) is 111: nothing ran.
+// 4.2: the errors execve itself gives are 127 (not found) or 126 (cannot be
+// executed); any other failure (pipes, the scope, fork or clone into the
+// cgroup) is 111: nothing ran.
 func spawnFailure(err error, command string) (int, string) {
 	var se *exec.SpawnError
 	var errno syscall.Errno
@@ -329,13 +358,21 @@ func spawnFailure(err error, command string) (int, string) {
 		return protocol.ExitScopeUnavailable, "the execution scope could not be set up: " + err.Error()
 	case !errors.As(err, &se) || se.Stage != "exec" || !errors.As(err, &errno):
 		return protocol.ExitScopeUnavailable, "the subject could not be started: " + err.Error()
-	case errno == syscall.EAGAIN || errno == syscall.ENOMEM || errno == syscall.EMFILE || errno == syscall.ENFILE:
-		return protocol.ExitScopeUnavailable, fmt.Sprintf("the subject could not be started: fork failed (%v)", errno)
 	case errno == syscall.ENOENT:
 		return protocol.ExitNotFound, fmt.Sprintf("program %q not found, or its interpreter is missing (%v)", command, errno)
-	default:
+	case execErrno[errno]:
 		return protocol.ExitNotExecutable, fmt.Sprintf("program %q could not be executed (%v)", command, errno)
+	default:
+		return protocol.ExitScopeUnavailable, fmt.Sprintf("the subject could not be started in its scope (%v)", errno)
 	}
+}
+
+// execErrno are the failures of execve(2) and chdir(2) that mean "cannot
+// execute this", as opposed to a failure to create the process.
+var execErrno = map[syscall.Errno]bool{
+	syscall.EACCES: true, syscall.EPERM: true, syscall.ENOEXEC: true, syscall.EISDIR: true,
+	syscall.ENOTDIR: true, syscall.ETXTBSY: true, syscall.ELOOP: true, syscall.ENAMETOOLONG: true,
+	syscall.E2BIG: true, syscall.ELIBBAD: true, syscall.EIO: true,
 }
 
 func (s *Server) openArtifact(ex *execution, stream string) io.WriteCloser {

@@ -47,7 +47,7 @@ type Config struct {
 	ArtifactsDir    string   // "" for none
 	BaseEnv         []string // relayd's environment less RELAYD_*
 	Reaper          *exec.Reaper
-	NewScope        func() (exec.Scope, error)
+	NewScope        func(name string) (exec.Scope, error) // name: the execution id
 	Mechanism       string
 	Destroy         teardown.DestroyOptions // the fallback when a settlement lacks evidence
 	Log             zerolog.Logger
@@ -71,7 +71,7 @@ type Server struct {
 	sessions    sync.WaitGroup
 	conns       atomic.Int64 // open listen-mode connections
 	unconfirmed atomic.Bool  // some settlement was not confirmed
-	nsKilled    atomic.Bool  // a destroy SIGKILLed every process of relayd's PID namespace
+	nsKilledAt  atomic.Int64 // when a destroy last SIGKILLed every process of relayd's PID namespace (unix ns)
 }
 
 // New returns a Server. It picks the first execution number so that

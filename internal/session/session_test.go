@@ -62,7 +62,7 @@ func startServer(t *testing.T, workspace, artifacts string) *server {
 		ArtifactsDir:    artifacts,
 		BaseEnv:         env.Base(os.Environ()),
 		Reaper:          testReaper,
-		NewScope: func() (exec.Scope, error) {
+		NewScope: func(string) (exec.Scope, error) {
 			s.scopes.Add(1)
 			return nil, errNoScope
 		},

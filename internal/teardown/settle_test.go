@@ -159,7 +159,7 @@ type subject struct {
 // prints "ready". Lines "NAME PID" before it name the processes it started.
 func startScript(t *testing.T, script string) *subject {
 	t.Helper()
-	scope, err := tracker.NewScope()
+	scope, err := tracker.NewScope("")
 	if err != nil {
 		t.Fatalf("NewScope: %v", err)
 	}
