@@ -1082,12 +1082,12 @@ func TestParseStat(t *testing.T) {
 		comm string
 		want procEntry
 	}{
-		{"sleep", procEntry{pid: 4242, ppid: 1, pgrp: 4242, sid: 4242, start: 987654, state: 'S'}},
-		{"my prog", procEntry{pid: 4242, ppid: 1, pgrp: 4242, sid: 4242, start: 987654, state: 'S'}},
-		{"a) b (c", procEntry{pid: 4242, ppid: 1, pgrp: 4242, sid: 4242, start: 987654, state: 'S'}},
-		{") 9 9 9 9", procEntry{pid: 4242, ppid: 1, pgrp: 4242, sid: 4242, start: 987654, state: 'S'}},
-		{"))", procEntry{pid: 4242, ppid: 1, pgrp: 4242, sid: 4242, start: 987654, state: 'S'}},
-		{"", procEntry{pid: 4242, ppid: 1, pgrp: 4242, sid: 4242, start: 987654, state: 'S'}},
+		{"sleep", procEntry{pid: 4242, ppid: 1, pgrp: 4242, sid: 4242, start: 987654, state: 'S', threads: 1}},
+		{"my prog", procEntry{pid: 4242, ppid: 1, pgrp: 4242, sid: 4242, start: 987654, state: 'S', threads: 1}},
+		{"a) b (c", procEntry{pid: 4242, ppid: 1, pgrp: 4242, sid: 4242, start: 987654, state: 'S', threads: 1}},
+		{") 9 9 9 9", procEntry{pid: 4242, ppid: 1, pgrp: 4242, sid: 4242, start: 987654, state: 'S', threads: 1}},
+		{"))", procEntry{pid: 4242, ppid: 1, pgrp: 4242, sid: 4242, start: 987654, state: 'S', threads: 1}},
+		{"", procEntry{pid: 4242, ppid: 1, pgrp: 4242, sid: 4242, start: 987654, state: 'S', threads: 1}},
 	}
 	for _, tt := range tests {
 		line := "4242 (" + tt.comm + ")" + rest + "\n"

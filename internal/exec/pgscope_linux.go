@@ -7,6 +7,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -28,6 +29,7 @@ type Tracker struct {
 	reaper     *Reaper
 	scopes     map[*pgScope]struct{}
 	attributed map[Member]bool // adopted orphans already given to scopes
+	walk       bool            // look by following the process tree, not by reading all of /proc
 }
 
 // NewTracker starts a tracker that rescans every interval while scopes are
@@ -43,6 +45,10 @@ func NewTracker(ctx context.Context, reaper *Reaper, interval time.Duration) *Tr
 	if root := faultProcRoot(); root != "" {
 		t.procRoot = root
 	}
+	// Following the tree is enough only where orphans come to relayd.
+	var isReaper int32
+	_ = unix.Prctl(unix.PR_GET_CHILD_SUBREAPER, uintptr(unsafe.Pointer(&isReaper)), 0, 0, 0)
+	t.walk = (isReaper != 0 || t.self == 1) && canWalk(t.procRoot, t.self)
 	go t.run(ctx, interval)
 	return t
 }
@@ -145,7 +151,15 @@ func (s *pgScope) Signal(sig syscall.Signal) error {
 
 // refreshLocked looks at the process table once and updates every live scope.
 func (t *Tracker) refreshLocked() error {
-	table, err := procTable(t.procRoot)
+	var roots []int
+	if t.walk {
+		for s := range t.scopes {
+			for pid := range s.known {
+				roots = append(roots, pid)
+			}
+		}
+	}
+	table, err := t.look(roots)
 	if err != nil {
 		return err
 	}
@@ -160,10 +174,23 @@ func (t *Tracker) refreshLocked() error {
 	return nil
 }
 
+// look reads the process table: the part reachable from roots and from
+// relayd's children where the tree can be followed, else all of it.
+func (t *Tracker) look(roots []int) (map[int]procEntry, error) {
+	if t.walk {
+		return walkTable(t.procRoot, t.self, roots)
+	}
+	return procTable(t.procRoot)
+}
+
 // lookLocked updates one scope that is no longer registered (closed), for a
 // last look at what is left of it.
 func (t *Tracker) lookLocked(s *pgScope) error {
-	table, err := procTable(t.procRoot)
+	var roots []int
+	for pid := range s.known {
+		roots = append(roots, pid)
+	}
+	table, err := t.look(roots)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ type procEntry struct {
 	pid, ppid, pgrp, sid int
 	start                uint64 // start time in clock ticks since boot: with pid, an identity
 	state                byte
+	threads              int
 }
 
 func (p procEntry) dead() bool { return p.state == 'Z' || p.state == 'X' || p.state == 'x' }
@@ -89,10 +90,115 @@ func parseStat(pid int, b []byte) (procEntry, error) {
 	if e.sid, err = strconv.Atoi(string(fields[3])); err != nil {
 		return e, err
 	}
+	if e.threads, err = strconv.Atoi(string(fields[17])); err != nil {
+		return e, err
+	}
 	if e.start, err = strconv.ParseUint(string(fields[19]), 10, 64); err != nil {
 		return e, err
 	}
 	return e, nil
+}
+
+// canWalk reports whether the kernel lists children (/proc/PID/task/TID/children,
+// CONFIG_PROC_CHILDREN), which lets a look follow the process tree instead
+// of reading every process.
+func canWalk(root string, self int) bool {
+	_, err := taskChildren(root, self, -1)
+	return err == nil
+}
+
+// walkTable looks at only part of the process table: every process
+// reachable through children links from roots and from self's own children.
+// With self a child subreaper (or PID 1), that is every process a scope can
+// have: a process leaves its parent only for the nearest subreaper above it.
+// A process that ends while it is walked is skipped; its children, handed to
+// a reaper, appear in the next look.
+func walkTable(root string, self int, roots []int) (map[int]procEntry, error) {
+	selfKids, err := taskChildren(root, self, -1)
+	if err != nil {
+		return nil, fmt.Errorf("exec.walkTable: %w", err)
+	}
+	table := make(map[int]procEntry, len(roots)+len(selfKids))
+	buf := make([]byte, 1024)
+	queue := append(append(make([]int, 0, len(roots)+len(selfKids)), roots...), selfKids...)
+	for i := 0; i < len(queue); i++ {
+		pid := queue[i]
+		if _, seen := table[pid]; seen || pid == self || pid <= 0 {
+			continue
+		}
+		e, err := readStat(root, pid, buf)
+		if err != nil {
+			continue
+		}
+		table[pid] = e
+		if e.dead() {
+			continue
+		}
+		kids, err := taskChildren(root, pid, e.threads)
+		if err != nil {
+			continue
+		}
+		queue = append(queue, kids...)
+	}
+	return table, nil
+}
+
+// taskChildren lists the children of every thread of pid; threads is the
+// thread count when known (1 skips listing the task directory), -1 when not.
+func taskChildren(root string, pid, threads int) ([]int, error) {
+	dir := root + "/" + strconv.Itoa(pid) + "/task/"
+	tids := []string{strconv.Itoa(pid)}
+	if threads != 1 {
+		d, err := os.Open(dir)
+		if err != nil {
+			return nil, err
+		}
+		tids, err = d.Readdirnames(-1)
+		d.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	var out []int
+	buf := make([]byte, 4096)
+	for _, tid := range tids {
+		b, err := readSmall(dir+tid+"/children", buf)
+		if err != nil {
+			if threads == -1 || len(tids) == 1 {
+				return nil, err
+			}
+			continue // a thread that ended
+		}
+		for _, f := range bytes.Fields(b) {
+			if c, err := strconv.Atoi(string(f)); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out, nil
+}
+
+// readSmall reads a whole /proc file, growing buf as needed.
+func readSmall(path string, buf []byte) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	n := 0
+	for {
+		if n == len(buf) {
+			buf = append(buf, make([]byte, len(buf))...)
+		}
+		m, err := unix.Read(fd, buf[n:])
+		if err != nil {
+			return nil, err
+		}
+		if m == 0 {
+			return buf[:n], nil
+		}
+		n += m
+	}
 }
 
 // Argv reads a process's command line; nil when it cannot be read (a zombie,
