@@ -1,4 +1,4 @@
-# relayd: make build | run | test | lint | conformance | clean
+# relayd: make build | run | test | fuzz | lint | conformance | clean
 GO        ?= go
 VERSION   ?= 0.1.0
 COMMIT    := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -8,7 +8,7 @@ LISTEN    ?= 127.0.0.1:7700
 RUNDIR    := .run
 SHARED    ?= ../shared
 
-.PHONY: build run test lint conformance clean
+.PHONY: build run test fuzz lint conformance clean
 
 ## build: a static binary in bin/relayd, version stamped
 build:
@@ -25,9 +25,20 @@ run: build
 	@echo "(README.md has a whole netcat session.) Ctrl-C stops relayd."
 	@exec $(BIN) --listen $(LISTEN) --token-file $(RUNDIR)/token --workspace $(RUNDIR)/workspace --log-format console
 
-## test: every Go test, with the race detector
+# The race detector needs cgo (gcc); without gcc the tests run without it.
+RACE      := $(shell command -v gcc >/dev/null 2>&1 && echo -race)
+FUZZTIME  ?= 10s
+
+## test: every Go test, with the race detector where gcc is installed
 test:
-	$(GO) test -race -count=1 ./...
+	$(GO) test $(RACE) -count=1 ./...
+
+## fuzz: each fuzz target for FUZZTIME (default 10s)
+fuzz:
+	@for f in $$($(GO) test -list '^Fuzz' ./internal/protocol/ | grep '^Fuzz'); do \
+		echo "== $$f for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./internal/protocol/ || exit 1; \
+	done
 
 ## lint: formatting and vet
 lint:
