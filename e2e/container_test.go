@@ -32,6 +32,7 @@ func startInNamespace(t *testing.T, o opts) *daemon {
 	old := d.cmd
 	d.cmd = exec.Command(unshare, args...)
 	d.cmd.Dir, d.cmd.Env, d.cmd.Stdout, d.cmd.Stderr = old.Dir, old.Env, old.Stdout, old.Stderr
+	d.cmd.SysProcAttr = old.SysProcAttr
 	d.start()
 	d.init = d.nsInit(t)
 	return d

@@ -246,6 +246,9 @@ func prepare(t testing.TB, o opts) *daemon {
 	}
 	args = append(args, o.args...)
 	d.cmd = exec.Command(bin, args...)
+	// relayd gets a process group of its own: a test subject that signals
+	// relayd's group then reaches only relayd, which the test started.
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	d.cmd.Dir = dir
 	d.cmd.Env = append(cleanEnv(), o.env...)
 	d.cmd.Stdout = d.logs

@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -92,4 +95,182 @@ func TestTokenFileReadableByOthersRefused(t *testing.T) {
 	if !strings.Contains(string(out), "chmod 600") || strings.Contains(string(out), "secret-token") {
 		t.Fatalf("message %q; want the fix, and never the token", out)
 	}
+}
+
+// Hostile subjects: relayd survives each and reports truthfully.
+func TestHostileSubjects(t *testing.T) { eachScope(t, hostileSubjects) }
+
+func hostileSubjects(t *testing.T, mech string) {
+	d := startRelayd(t, opts{scope: mech, args: []string{"--max-stdout-bytes", "1MiB", "--teardown-timeout", "8s"}})
+	c := d.connect()
+
+	t.Run("fork bomb", func(t *testing.T) {
+		// A binary tree of shells 9 deep: about 1,000 processes, each
+		// recording its pid, then sleeping; bounded so the machine is safe.
+		pids := d.pidFile("bomb.pids")
+		bomb := filepath.Join(d.dir, "bomb.sh")
+		script := fmt.Sprintf("echo $$ >> %s\nif [ \"$1\" -gt 0 ]; then sh %s $(($1-1)) & sh %s $(($1-1)) & fi\nexec sleep 300\n", q(pids), q(bomb), q(bomb))
+		if err := os.WriteFile(bomb, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		c.send(msg{"kind": "execute", "command": "/bin/sh", "args": []string{bomb, "9"}})
+		waitFor(t, 60*time.Second, "the bomb to spread", func() bool { return len(readPids(pids)) >= 800 })
+		began := time.Now()
+		c.send(msg{"kind": "verify"})
+		r := c.read(30 * time.Second)
+		took := time.Since(began)
+		wantExit(t, r, "framework_timeout", 124)
+		if r["settlement"] != "settled" {
+			t.Fatalf("settlement %v; want settled", r["settlement"])
+		}
+		if took > 8*time.Second+time.Second {
+			t.Fatalf("settling the bomb took %s; teardown deadline is 8s", took)
+		}
+		c.read(5 * time.Second) // verified
+		for _, pid := range readPids(pids) {
+			if alive(pid) {
+				t.Fatalf("bomb process %d survived", pid)
+			}
+		}
+		t.Logf("%d processes settled in %s", len(readPids(pids)), took)
+	})
+
+	t.Run("closes stdout and keeps running", func(t *testing.T) {
+		r := c.sh(`echo before; exec >&-; sleep 0.3; exit 3`, nil)
+		wantExit(t, r, "exited", 3)
+		if r["stdout"] != "before\n" {
+			t.Fatalf("stdout %q", r["stdout"])
+		}
+		pid := d.pidFile("closed.pid")
+		r = c.sh(`exec >&- 2>&-; echo $$ > `+q(pid)+`; exec sleep 300`, msg{"timeoutMs": 300})
+		wantExit(t, r, "framework_timeout", 124)
+		if alive(waitPid(t, pid)) {
+			t.Fatal("the subject that closed its output survived settlement")
+		}
+	})
+
+	t.Run("floods stdout and stderr", func(t *testing.T) {
+		r := c.sh(`head -c 209715200 /dev/zero & head -c 209715200 /dev/zero >&2; wait`, nil)
+		wantExit(t, r, "exited", 0)
+		if len(r["stdout"].(string)) != 1<<20 || r["stdoutTruncated"] != true {
+			t.Fatalf("raw flood: %d bytes, truncated %v; want 1MiB, true", len(r["stdout"].(string)), r["stdoutTruncated"])
+		}
+		r = c.sh(`head -c 104857600 /dev/zero`, msg{"resultToken": strings.Repeat("cd", 16)})
+		diag := r["diagnostic"].(map[string]any)
+		if diag["category"] != "result-frame-oversize" || diag["bytes"] != json.Number("104857600") ||
+			diag["sha256"] != zeroSHA256(104857600) {
+			t.Fatalf("carrier flood diagnostic %v", diag)
+		}
+		if rss := peakRSS(t, d.cmd.Process.Pid); rss > 96<<20 {
+			t.Fatalf("relayd's peak RSS %d MiB after 400 MiB of output; want it bounded", rss>>20)
+		}
+	})
+
+	t.Run("changes its process group", func(t *testing.T) {
+		pid := d.pidFile("pgrp.pid")
+		r := c.sh(`set -m; sleep 300 & echo $! > `+q(pid)+`; wait`, msg{"timeoutMs": 500})
+		wantExit(t, r, "framework_timeout", 124)
+		if alive(waitPid(t, pid)) {
+			t.Fatal("a child in a process group of its own survived settlement")
+		}
+	})
+
+	t.Run("renames itself", func(t *testing.T) {
+		pid := d.pidFile("renamed.pid")
+		r := c.sh(`bash -c 'exec -a innocent-service sleep 300' & echo $! > `+q(pid)+`; exit 0`, nil)
+		wantExit(t, r, "exited", 0)
+		p := waitPid(t, pid)
+		waitFor(t, 5*time.Second, "the rename", func() bool { return strings.HasPrefix(cmdline(p), "innocent-service") })
+		v := c.request(msg{"kind": "verify"})
+		found := false
+		for _, s := range v["survivors"].([]any) {
+			m := s.(map[string]any)
+			if fmt.Sprint(m["pid"]) == fmt.Sprint(p) && fmt.Sprint(m["argv"]) == "[innocent-service 300]" {
+				found = true
+			}
+		}
+		if !found {
+			t.Fatalf("verify survivors %v; want the renamed process under its new name", v["survivors"])
+		}
+		killPid(p)
+	})
+
+	t.Run("signals relayd", func(t *testing.T) {
+		// $PPID is relayd, the leader of a process group of its own.
+		r := c.sh(`for s in HUP QUIT USR1 USR2 PIPE; do kill -$s -$PPID; kill -$s $PPID; done; echo still-here`, nil)
+		if r["stdout"] != "still-here\n" {
+			t.Fatalf("got %v", r)
+		}
+		// "kill 0" reaches the subject's own process group, never relayd's,
+		// and the report says the subject died of it.
+		r = c.sh(`kill -TERM 0; sleep 5`, nil)
+		wantExit(t, r, "exited", 143)
+		if r["signal"] != "SIGTERM" {
+			t.Fatalf("signal %v; want SIGTERM", r["signal"])
+		}
+		time.Sleep(200 * time.Millisecond)
+		if p := c.request(msg{"kind": "ready"}); p["kind"] != "ready" {
+			t.Fatalf("relayd did not survive signals from a subject: %v", p)
+		}
+	})
+	d.stopClean()
+}
+
+// zeroSHA256 is the hex digest of n zero bytes.
+func zeroSHA256(n int) string {
+	h := sha256.New()
+	buf := make([]byte, 1<<20)
+	for n > 0 {
+		k := min(n, len(buf))
+		h.Write(buf[:k])
+		n -= k
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// peakRSS reads a process's peak resident set size (VmHWM).
+func peakRSS(t *testing.T, pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb int
+			fmt.Sscanf(strings.TrimSpace(v), "%d", &kb)
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmHWM")
+	return 0
+}
+
+// A flood of small messages is answered in order, one reply each, while the
+// peer reads; relayd's memory stays bounded.
+func TestMessageFlood(t *testing.T) {
+	d := startRelayd(t, opts{})
+	c := d.connect()
+	const n = 20000
+	var batch strings.Builder
+	for i := 0; i < n; i++ {
+		if i%2 == 0 {
+			fmt.Fprintf(&batch, `{"token":%q,"kind":"ready","id":%d}`+"\n", d.token, i)
+		} else {
+			batch.WriteString("garbage\n")
+		}
+	}
+	go func() { _, _ = c.c.Write([]byte(batch.String())) }()
+	for i := 0; i < n; i++ {
+		r := c.read(10 * time.Second)
+		if i%2 == 0 && (r["kind"] != "ready" || fmt.Sprint(r["id"]) != fmt.Sprint(i)) {
+			t.Fatalf("reply %d: %v; want ready with id %d", i, r, i)
+		}
+		if i%2 == 1 && category(t, r) != "bad-json" {
+			t.Fatalf("reply %d: %v; want bad-json", i, r)
+		}
+	}
+	if rss := peakRSS(t, d.cmd.Process.Pid); rss > 64<<20 {
+		t.Fatalf("peak RSS %d MiB after a flood of small messages", rss>>20)
+	}
+	d.stopClean()
 }

@@ -151,6 +151,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
+	shrugOff(ctx, log)
 	stopped := make(chan struct{})
 	go func() {
 		select {
@@ -221,6 +222,30 @@ func dialOut(ctx context.Context, o options, srv *session.Server, log zerolog.Lo
 	}
 	log.Info().Msg("exiting: session verified")
 	return nil
+}
+
+// shrugOff catches the signals that would otherwise end relayd but are no
+// request to stop (a subject of the same user may send them to relayd's
+// process group): SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, and SIGPIPE, which a
+// write to a closed stderr would raise. They are caught and logged, not
+// ignored: an ignored signal would stay ignored in every subject relayd
+// starts, and a subject is owed the default dispositions.
+func shrugOff(ctx context.Context, log zerolog.Logger) {
+	ch := make(chan os.Signal, 8)
+	signal.Notify(ch, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE)
+	go func() {
+		defer signal.Stop(ch)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case sig := <-ch:
+				if sig != syscall.SIGPIPE {
+					log.Warn().Str("signal", sig.String()).Msg("signal ignored: only SIGTERM and SIGINT stop relayd")
+				}
+			}
+		}
+	}()
 }
 
 // loadToken reads the token from file, else from RELAYD_TOKEN. Surrounding
