@@ -274,3 +274,69 @@ func TestMessageFlood(t *testing.T) {
 	}
 	d.stopClean()
 }
+
+// With --subject-user, subjects run as that user with its groups: they
+// cannot read relayd's token file or signal relayd, and relayd still
+// settles them.
+func TestSubjectUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to switch users")
+	}
+	for _, mech := range []string{"process-group", "cgroup"} {
+		t.Run(mech, func(t *testing.T) {
+			if mech == "cgroup" && cgroupSkip != "" {
+				t.Skip(cgroupSkip)
+			}
+			d := startRelayd(t, opts{scope: mech, args: []string{"--subject-user", "nobody"}})
+			for _, dir := range []string{filepath.Dir(d.dir), d.dir} { // let nobody reach the workspace
+				if err := os.Chmod(dir, 0o711); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.Chmod(d.workspace, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			c := d.connect()
+			r := c.sh(`id -u; id -g; cat `+q(filepath.Join(d.dir, "token"))+` 2>/dev/null || echo no-token; kill -0 $PPID 2>/dev/null || echo no-signal`, nil)
+			if r["stdout"] != "65534\n65534\nno-token\nno-signal\n" {
+				t.Fatalf("subject as nobody printed %q", r["stdout"])
+			}
+			pid := filepath.Join(d.workspace, "subject.pid")
+			r = c.sh(`trap "" TERM; echo $$ > `+q(pid)+`; setsid sleep 300 & exec sleep 300`, msg{"timeoutMs": 300})
+			wantExit(t, r, "framework_timeout", 124)
+			if r["settlement"] != "settled" {
+				t.Fatalf("settlement %v", r["settlement"])
+			}
+			if p := waitPid(t, pid); alive(p) {
+				t.Fatal("a subject running as nobody survived settlement")
+			}
+			d.stopClean()
+		})
+	}
+	cmd := exec.Command(relaydBin, "--subject-user", "no-such-user-here", "--listen", "127.0.0.1:0")
+	cmd.Env = append(cleanEnv(), "RELAYD_TOKEN=x")
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "--subject-user") {
+		t.Fatalf("an unknown --subject-user: %v %s", err, out)
+	}
+}
+
+// A token given in RELAYD_TOKEN works, and no subject ever sees it.
+func TestTokenFromEnvironmentNotPassedOn(t *testing.T) {
+	d := prepare(t, opts{})
+	args := d.cmd.Args[1:]
+	for i := range args {
+		if args[i] == "--token-file" {
+			args = append(args[:i:i], args[i+2:]...)
+			break
+		}
+	}
+	d.cmd.Args = append(d.cmd.Args[:1], args...)
+	d.cmd.Env = append(d.cmd.Env, "RELAYD_TOKEN="+d.token)
+	d.start()
+	c := d.connect()
+	r := c.sh(`env; cat /proc/$PPID/cmdline | tr '\0' ' '`, nil)
+	if strings.Contains(r["stdout"].(string), d.token) || strings.Contains(r["stdout"].(string), "RELAYD_") {
+		t.Fatal("the token (or a RELAYD_ variable) reached the subject or relayd's command line")
+	}
+	d.stopClean()
+}

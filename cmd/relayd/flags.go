@@ -30,6 +30,7 @@ type options struct {
 	scope           string
 	cgroupRoot      string
 	destroyCommand  string
+	subjectUser     string
 	logFormat       string
 	logLevel        string
 	version         bool
@@ -83,6 +84,7 @@ func parseFlags(args []string, getenv func(string) string) (options, *pflag.Flag
 	fs.StringVar(&o.scope, "scope", o.scope, "scope mechanism: auto (cgroup when proven to work, else process-group), cgroup or process-group")
 	fs.StringVar(&o.cgroupRoot, "cgroup-root", o.cgroupRoot, "cgroup v2 directory to create execution leaves under (default: relayd's own cgroup)")
 	fs.StringVar(&o.destroyCommand, "destroy-command", o.destroyCommand, "command run with /bin/sh -c when a settlement cannot be confirmed (destroy), bounded by --teardown-timeout")
+	fs.StringVar(&o.subjectUser, "subject-user", o.subjectUser, "run subjects as this user (name or uid), with its groups; needs relayd to run as root")
 	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "log format: json or console")
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "log level: debug, info, warn or error")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")

@@ -35,6 +35,7 @@ var section9 = map[string]string{
 	"write-timeout":    "10s",
 	"auth-timeout":     "10s",
 	"max-connections":  "1024",
+	"subject-user":     "",
 	"max-line-bytes":   "1048576", // 1MiB
 	"max-stdout-bytes": "1048576", // 1MiB
 	"artifacts-dir":    "",
@@ -110,6 +111,7 @@ var twinCases = map[string]twinCase{
 	"write-timeout":    {"3s", func(o options) bool { return o.writeTimeout == 3*time.Second }, "-"},
 	"auth-timeout":     {"4s", func(o options) bool { return o.authTimeout == 4*time.Second }, "never"},
 	"max-connections":  {"64", func(o options) bool { return o.maxConnections == 64 }, "many"},
+	"subject-user":     {"agent", func(o options) bool { return o.subjectUser == "agent" }, ""},
 	"max-line-bytes":   {"64KiB", func(o options) bool { return o.maxLineBytes == 64<<10 }, "lots"},
 	"max-stdout-bytes": {"2MiB", func(o options) bool { return o.maxStdoutBytes == 2<<20 }, "1TB"},
 	"artifacts-dir":    {"/artifacts", func(o options) bool { return o.artifactsDir == "/artifacts" }, ""},
@@ -217,7 +219,7 @@ func TestFlagWinsOverTwin(t *testing.T) {
 		"listen": "127.0.0.1:1", "connect": "10.9.9.9:1", "connect-timeout": "5s",
 		"token-file": "/flag/token", "workspace": "/flag/ws", "instruction-file": "/flag/task",
 		"term-grace": "1s", "teardown-timeout": "30s", "write-timeout": "7s",
-		"auth-timeout": "9s", "max-connections": "7",
+		"auth-timeout": "9s", "max-connections": "7", "subject-user": "nobody",
 		"max-line-bytes": "4096", "max-stdout-bytes": "12345", "artifacts-dir": "/flag/art",
 		"scope": "cgroup", "cgroup-root": "/flag/cg", "destroy-command": "true",
 		"log-format": "json", "log-level": "warn",

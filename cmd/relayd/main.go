@@ -108,6 +108,12 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		}
 		defer ln.Close()
 	}
+	var subjectUser *syscall.Credential
+	if o.subjectUser != "" {
+		if subjectUser, err = env.SubjectUser(o.subjectUser); err != nil {
+			return &exitError{exitUsage, fmt.Errorf("--subject-user: %v", err)}
+		}
+	}
 	log := newLogger(o, stderr)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -140,6 +146,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		MaxLineBytes:    int(o.maxLineBytes),
 		MaxStdoutBytes:  int(o.maxStdoutBytes),
 		ArtifactsDir:    o.artifactsDir,
+		SubjectUser:     subjectUser,
 		BaseEnv:         env.Base(os.Environ()),
 		Reaper:          reaper,
 		NewScope:        scopes.newScope,
@@ -173,7 +180,8 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	if o.connect != "" {
 		return dialOut(ctx, o, srv, log, stopped)
 	}
-	log.Info().Str("addr", ln.Addr().String()).Str("version", version).Str("workspace", workspace).Msg("listening")
+	log.Info().Str("addr", ln.Addr().String()).Str("version", version).Str("workspace", workspace).
+		Str("subjectUser", o.subjectUser).Msg("listening")
 	if err := srv.Serve(ln); err != nil {
 		log.Error().Err(err).Msg("accept failed")
 		return &exitError{exitUnconfirmed, err}

@@ -21,6 +21,9 @@ type Spec struct {
 	Stdout     io.Writer      // captures stdout until the subject exits; nil drops it
 	StdoutCopy io.WriteCloser // complete copy of stdout, closed at EOF; may be nil
 	StderrCopy io.WriteCloser // complete copy of stderr, closed at EOF; may be nil
+	// Credential, when set, runs the subject as another user: uid, gid and
+	// supplementary groups are switched before exec.
+	Credential *syscall.Credential
 }
 
 // Subject is a started subject.
@@ -81,7 +84,7 @@ func Start(r *Reaper, scope Scope, spec Spec) (*Subject, error) {
 		outW.Close()
 		return nil, &SpawnError{Err: err, Stage: "stderr pipe"}
 	}
-	sys := &syscall.SysProcAttr{}
+	sys := &syscall.SysProcAttr{Credential: spec.Credential}
 	if err := scope.prepare(sys); err != nil {
 		for _, f := range []*os.File{outR, outW, errR, errW} {
 			f.Close()

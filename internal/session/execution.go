@@ -166,7 +166,8 @@ func (s *Server) run(ex *execution) (res protocol.Executed) {
 		ex.log.Error().Err(err).Msg("scope setup failed")
 		return failed(protocol.ExitScopeUnavailable, "the execution scope could not be set up: "+err.Error())
 	}
-	spec := exec.Spec{Path: path, Argv: append([]string{req.Command}, req.Args...), Env: subjectEnv, Dir: dir, Stdout: out}
+	spec := exec.Spec{Path: path, Argv: append([]string{req.Command}, req.Args...), Env: subjectEnv, Dir: dir,
+		Stdout: out, Credential: s.cfg.SubjectUser}
 	if s.cfg.ArtifactsDir != "" {
 		spec.StdoutCopy = s.openArtifact(ex, "stdout")
 		spec.StderrCopy = s.openArtifact(ex, "stderr")

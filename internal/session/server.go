@@ -44,8 +44,9 @@ type Config struct {
 	MaxConnections  int           // listen mode: connections served at once
 	MaxLineBytes    int
 	MaxStdoutBytes  int
-	ArtifactsDir    string   // "" for none
-	BaseEnv         []string // relayd's environment less RELAYD_*
+	ArtifactsDir    string              // "" for none
+	SubjectUser     *syscall.Credential // subjects run as this user; nil: as relayd
+	BaseEnv         []string            // relayd's environment less RELAYD_*
 	Reaper          *exec.Reaper
 	NewScope        func(name string) (exec.Scope, error) // name: the execution id
 	Mechanism       string
