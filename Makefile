@@ -1,4 +1,4 @@
-# relayd: make build | run | test | fuzz | lint | conformance | clean
+# relayd: make build | run | test | chaos | fuzz | lint | conformance | clean
 GO        ?= go
 VERSION   ?= 0.1.0
 COMMIT    := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -8,7 +8,7 @@ LISTEN    ?= 127.0.0.1:7700
 RUNDIR    := .run
 SHARED    ?= ../shared
 
-.PHONY: build run test fuzz lint conformance clean
+.PHONY: build run test chaos fuzz lint conformance clean
 
 ## build: a static binary in bin/relayd, version stamped
 build:
@@ -32,6 +32,11 @@ FUZZTIME  ?= 10s
 ## test: every Go test, with the race detector where gcc is installed
 test:
 	$(GO) test $(RACE) -count=1 ./...
+
+## chaos: CHAOS random scenarios (default 500) against real relayds, with invariants checked after each
+CHAOS     ?= 500
+chaos:
+	RELAYD_CHAOS=$(CHAOS) $(GO) test $(RACE) -count=1 -run '^TestChaos$$' -v -timeout 60m ./e2e/ 2>&1 | grep -v '^        {'
 
 ## fuzz: each fuzz target for FUZZTIME (default 10s)
 fuzz:

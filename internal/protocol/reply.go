@@ -40,6 +40,9 @@ type Ready struct {
 	Protocol    int             `json:"protocol"` // Version
 	Version     string          `json:"version"`
 	Scope       string          `json:"scope"`
+	// Debug is filled only by test builds (the relayd_faults tag), for
+	// tests that check relayd's own resources; production never sets it.
+	Debug map[string]int `json:"debug,omitempty"`
 }
 
 // Survivor is a process of a scope still alive after its subject exited.

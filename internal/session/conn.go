@@ -296,7 +296,8 @@ func (cn *conn) token() string {
 func (cn *conn) ready(id json.RawMessage) protocol.Ready {
 	cfg := cn.srv.cfg
 	return protocol.Ready{Token: cn.token(), Kind: "ready", ID: id, Instruction: cfg.Instruction,
-		Cwd: cfg.Workspace, Protocol: protocol.Version, Version: cfg.Version, Scope: cfg.Mechanism}
+		Cwd: cfg.Workspace, Protocol: protocol.Version, Version: cfg.Version, Scope: cfg.Mechanism,
+		Debug: debugInfo()}
 }
 
 func (cn *conn) writeError(id json.RawMessage, category, message string) {
