@@ -36,7 +36,7 @@ test:
 ## chaos: CHAOS random scenarios (default 500) against real relayds, with invariants checked after each
 CHAOS     ?= 500
 chaos:
-	RELAYD_CHAOS=$(CHAOS) $(GO) test $(RACE) -count=1 -run '^TestChaos$$' -v -timeout 60m ./e2e/ 2>&1 | grep -v '^        {'
+	RELAYD_CHAOS=$(CHAOS) $(GO) test $(RACE) -count=1 -run '^TestChaos$$' -v -timeout 60m ./e2e/
 
 ## fuzz: each fuzz target for FUZZTIME (default 10s)
 fuzz:
