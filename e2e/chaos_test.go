@@ -308,7 +308,7 @@ func (ch *chaos) checkBaseline(cd *chaosDaemon) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if rss := peakRSS(ch.t, pid); rss > 128<<20 {
+	if rss := peakRSS(ch.t, pid); rss > rssLimit(128<<20) {
 		ch.t.Errorf("%s relayd peak RSS %d MiB", cd.mech, rss>>20)
 	}
 	ch.checks++

@@ -616,3 +616,12 @@ func killPid(pid int) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
+
+// rssLimit scales a memory bound for the relayd under test: the race
+// detector multiplies a program's memory several times over.
+func rssLimit(bytes int) int {
+	if raceOK() {
+		return bytes * 6
+	}
+	return bytes
+}

@@ -161,7 +161,7 @@ func hostileSubjects(t *testing.T, mech string) {
 			diag["sha256"] != zeroSHA256(104857600) {
 			t.Fatalf("carrier flood diagnostic %v", diag)
 		}
-		if rss := peakRSS(t, d.cmd.Process.Pid); rss > 96<<20 {
+		if rss := peakRSS(t, d.cmd.Process.Pid); rss > rssLimit(96<<20) {
 			t.Fatalf("relayd's peak RSS %d MiB after 400 MiB of output; want it bounded", rss>>20)
 		}
 	})
@@ -269,7 +269,7 @@ func TestMessageFlood(t *testing.T) {
 			t.Fatalf("reply %d: %v; want bad-json", i, r)
 		}
 	}
-	if rss := peakRSS(t, d.cmd.Process.Pid); rss > 64<<20 {
+	if rss := peakRSS(t, d.cmd.Process.Pid); rss > rssLimit(64<<20) {
 		t.Fatalf("peak RSS %d MiB after a flood of small messages", rss>>20)
 	}
 	d.stopClean()
