@@ -151,55 +151,53 @@ func (s *pgScope) Signal(sig syscall.Signal) error {
 
 // refreshLocked looks at the process table once and updates every live scope.
 func (t *Tracker) refreshLocked() error {
-	var roots []int
-	if t.walk {
-		for s := range t.scopes {
-			for pid := range s.known {
-				roots = append(roots, pid)
-			}
-		}
+	scopes := make([]*pgScope, 0, len(t.scopes))
+	for s := range t.scopes {
+		scopes = append(scopes, s)
 	}
-	table, err := t.look(roots)
+	table, err := t.lookAt(scopes)
 	if err != nil {
 		return err
-	}
-	children := make(map[int][]int, len(table))
-	for pid, e := range table {
-		children[e.ppid] = append(children[e.ppid], pid)
-	}
-	for s := range t.scopes {
-		s.update(table, children)
 	}
 	t.attributeOrphans(table)
 	return nil
 }
 
-// look reads the process table: the part reachable from roots and from
-// relayd's children where the tree can be followed, else all of it.
-func (t *Tracker) look(roots []int) (map[int]procEntry, error) {
-	if t.walk {
-		return walkTable(t.procRoot, t.self, roots)
-	}
-	return procTable(t.procRoot)
-}
-
 // lookLocked updates one scope that is no longer registered (closed), for a
 // last look at what is left of it.
 func (t *Tracker) lookLocked(s *pgScope) error {
-	var roots []int
-	for pid := range s.known {
-		roots = append(roots, pid)
+	_, err := t.lookAt([]*pgScope{s})
+	return err
+}
+
+// lookAt reads the process table (the part reachable from the scopes'
+// members and from relayd's children where the tree can be followed, else
+// all of it) and updates the scopes from it.
+func (t *Tracker) lookAt(scopes []*pgScope) (map[int]procEntry, error) {
+	var table map[int]procEntry
+	var err error
+	if t.walk {
+		var roots []int
+		for _, s := range scopes {
+			for pid := range s.known {
+				roots = append(roots, pid)
+			}
+		}
+		table, err = walkTable(t.procRoot, t.self, roots)
+	} else {
+		table, err = procTable(t.procRoot)
 	}
-	table, err := t.look(roots)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	children := make(map[int][]int, len(table))
 	for pid, e := range table {
 		children[e.ppid] = append(children[e.ppid], pid)
 	}
-	s.update(table, children)
-	return nil
+	for _, s := range scopes {
+		s.update(table, children)
+	}
+	return table, nil
 }
 
 // attributeOrphans gives each newly adopted orphan that no scope already
