@@ -57,28 +57,43 @@ func BenchmarkRoundTrip(b *testing.B) {
 		}
 		report(b, samples)
 	})
-	for _, mech := range []string{"process-group", "cgroup"} {
-		b.Run("relayd-"+mech, func(b *testing.B) {
-			if mech == "cgroup" && cgroupSkip != "" {
-				b.Skip(cgroupSkip)
-			}
-			d := startRelayd(b, opts{scope: mech})
-			c := d.connect()
-			samples := make([]time.Duration, 0, b.N)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				began := time.Now()
-				r := c.request(msg{"kind": "execute", "command": "/bin/true"})
-				samples = append(samples, time.Since(began))
-				if r["exitCode"] == nil {
-					b.Fatalf("reply %v", r)
-				}
-			}
-			b.StopTimer()
-			d.stopClean()
-			report(b, samples)
-		})
+	// RELAYD_BENCH_BEFORE names an older relayd binary to measure in the
+	// same run, for before/after comparisons of a change.
+	bins := map[string]string{"relayd": relaydBin}
+	if before := os.Getenv("RELAYD_BENCH_BEFORE"); before != "" {
+		bins["before"] = before
 	}
+	for _, name := range []string{"relayd", "before"} {
+		for _, mech := range []string{"process-group", "cgroup"} {
+			if bins[name] == "" {
+				continue
+			}
+			roundTrip(b, name, bins[name], mech)
+		}
+	}
+}
+
+func roundTrip(b *testing.B, name, bin, mech string) {
+	b.Run(name+"-"+mech, func(b *testing.B) {
+		if mech == "cgroup" && cgroupSkip != "" {
+			b.Skip(cgroupSkip)
+		}
+		d := startRelayd(b, opts{scope: mech, bin: bin})
+		c := d.connect()
+		samples := make([]time.Duration, 0, b.N)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			began := time.Now()
+			r := c.request(msg{"kind": "execute", "command": "/bin/true"})
+			samples = append(samples, time.Since(began))
+			if r["exitCode"] == nil {
+				b.Fatalf("reply %v", r)
+			}
+		}
+		b.StopTimer()
+		d.stopClean()
+		report(b, samples)
+	})
 }
 
 func bareSpawn(b *testing.B, sys *syscall.SysProcAttr) {
