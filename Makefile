@@ -54,5 +54,13 @@ lint:
 conformance: build
 	python3 $(SHARED)/conformance/run.py --relayd $(BIN)
 
+## bench: the benchmark suite against bin/relayd (about 8 minutes): a table on stdout, the figures in
+## bench/results.json; installs OpenSSH with apt-get for the ssh comparison when sshd is missing and we are root.
+## BENCHFLAGS=--quick for a smoke run, BENCHFLAGS='--only roundtrip,ssh' for some sections.
+BENCHFLAGS ?=
+.PHONY: bench
+bench: build
+	$(GO) run ./cmd/relaybench --relayd $(BIN) --out bench/results.json --install-ssh $(BENCHFLAGS)
+
 clean:
 	rm -rf bin $(RUNDIR)

@@ -1,0 +1,169 @@
+package main
+
+import "time"
+
+// series is one thing timed again and again: a bare spawn, an execute
+// through relayd, an ssh round trip.
+type series struct {
+	name    string
+	op      func() error
+	block   int // ops per round: series take turns, so drift on a busy machine hits each alike
+	warm    int // ops before timing
+	samples []float64
+	skip    string // why it does not run
+}
+
+// interleave times every series in turns of block ops until rounds rounds
+// are done or budget is spent (after at least two rounds). A series whose
+// op fails stops, and says why.
+func interleave(list []*series, rounds int, budget time.Duration) {
+	for _, s := range list {
+		for i := 0; i < s.warm && s.skip == ""; i++ {
+			if err := s.op(); err != nil {
+				s.skip = "failed: " + err.Error()
+			}
+		}
+	}
+	began := time.Now()
+	for r := 0; r < rounds; r++ {
+		if r >= 2 && time.Since(began) > budget {
+			break
+		}
+		for _, s := range list {
+			for i := 0; i < s.block && s.skip == ""; i++ {
+				t := time.Now()
+				err := s.op()
+				d := time.Since(t)
+				if err != nil {
+					s.skip = "failed: " + err.Error()
+					break
+				}
+				s.samples = append(s.samples, float64(d.Nanoseconds())/1e6)
+			}
+		}
+	}
+}
+
+func (s *series) figure(unit string) *figure {
+	if s.skip != "" {
+		return skipped(s.name, unit, s.skip)
+	}
+	return measured(s.name, unit, s.samples, false)
+}
+
+// roundTrip is section 1 (and 6): execute of /bin/true over one connection,
+// per mechanism, against bare spawns, and ssh through a master connection,
+// all taking turns in the same run.
+func (b *bench) roundTrip() {
+	sec := b.report.section("roundtrip", "Round trip: execute /bin/true over one connection")
+	logf("round trip: starting relayds and baselines")
+	n := b.pick(2000, 200)
+	rounds := b.pick(40, 10)
+	block := n / rounds
+	var stops []func()
+	defer func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}()
+
+	bare := &series{name: "bare spawn (setsid)", block: block, warm: 20, op: spawnSetsid}
+	list := []*series{bare}
+	var bareCg, pg, cg, ssh *series
+	if b.cfg.only["roundtrip"] {
+		bareCg = &series{name: "bare spawn into a cgroup leaf", block: block, warm: 20}
+		if b.cgSkip != "" {
+			bareCg.skip = b.cgSkip
+		} else if base, err := newCgroupBase(); err != nil {
+			bareCg.skip = err.Error()
+		} else {
+			forget := atCleanup(base.close)
+			stops = append(stops, func() { base.close(); forget() })
+			bareCg.op = base.spawn
+		}
+		pg = b.relaydSeries("process-group", block, &stops)
+		cg = b.relaydSeries("cgroup", block, &stops)
+		list = append(list, bareCg, pg, cg)
+	}
+	if b.cfg.only["ssh"] {
+		ssh = &series{name: "ssh via a master connection", block: max(1, block/10), warm: 3}
+		if s, why := b.startSSH(); why != "" {
+			ssh.skip = why
+		} else {
+			stops = append(stops, s.stop)
+			ssh.op = s.trueRoundTrip
+		}
+		list = append(list, ssh)
+	}
+	logf("round trip: %d rounds of %d per series (ssh %d)", rounds, block, max(1, block/10))
+	sec.note("the series take turns, %d (ssh %d) at a time, for up to %d rounds; bare spawns are fork/exec of /bin/true in a new session and wait4 on its pid", block, max(1, block/10), rounds)
+	interleave(list, rounds, b.pickDur(150*time.Second, 30*time.Second))
+
+	fb := sec.add(bare.figure("ms"))
+	if b.cfg.only["roundtrip"] {
+		fcg := sec.add(bareCg.figure("ms"))
+		sec.add(pg.figure("ms")).against(fb).target("p50 ≤ 1.3x bare spawn", ratioAtMost(1.3))
+		sec.add(cg.figure("ms")).against(fcg).target("p50 ≤ 1.3x bare cgroup spawn", ratioAtMost(1.3))
+	}
+	if ssh != nil {
+		fs := sec.add(ssh.figure("ms")).against(fb)
+		if fs.Skipped == "" {
+			sec.note("ssh: %s, sshd on 127.0.0.1 with key authentication; `ssh -o ControlPath=SOCKET %s /bin/true` over a master connection, spawned and waited for by this program; the session's HOME is an empty directory, so no rc file runs", sshVersion(), sshUser())
+		}
+		if pg != nil && pg.skip == "" && fs.Skipped == "" {
+			sec.add(measured("relayd process-group, vs ssh", "ms", pg.samples, false).against(fs))
+			sec.note("relayd process-group, vs ssh: relayd's round trip with ssh's as the baseline; below 1x is faster than ssh")
+		}
+	}
+}
+
+// relaydSeries starts a relayd with the given mechanism and returns the
+// series of executes of /bin/true over one connection to it.
+func (b *bench) relaydSeries(mech string, block int, stops *[]func()) *series {
+	s := &series{name: "relayd " + mech, block: block, warm: 20}
+	if mech == "cgroup" && b.cgSkip != "" {
+		s.skip = b.cgSkip
+		return s
+	}
+	d, err := startRelayd(b.cfg.relayd, startOpts{scope: mech})
+	if err != nil {
+		s.skip = err.Error()
+		return s
+	}
+	*stops = append(*stops, func() { b.stopDaemon(d, "round trip, "+mech) })
+	cl, err := d.connect()
+	if err != nil {
+		s.skip = err.Error()
+		return s
+	}
+	*stops = append(*stops, cl.close)
+	line := cl.encode(map[string]any{"kind": "execute", "command": "/bin/true"})
+	s.op = func() error {
+		_, err := cl.executeLine(line, 30*time.Second)
+		return err
+	}
+	return s
+}
+
+// stopDaemon stops relayd and notes it when it did not exit cleanly.
+func (b *bench) stopDaemon(d *daemon, what string) {
+	if err := d.stop(); err != nil {
+		b.report.note("%s: %v", what, err)
+		logf("%s: %v", what, err)
+	}
+}
+
+// ratioAtMost is met when the ratio to the baseline is at most r.
+func ratioAtMost(r float64) func(f *figure) bool {
+	return func(f *figure) bool { return f.Baseline != nil && f.Ratio <= r }
+}
+
+// ratioAtLeast is met when the ratio to the baseline is at least r.
+func ratioAtLeast(r float64) func(f *figure) bool {
+	return func(f *figure) bool { return f.Baseline != nil && f.Ratio >= r }
+}
+
+// medianAtMost is met when the median is at most v.
+func medianAtMost(v float64) func(f *figure) bool {
+	return func(f *figure) bool { return f.Median <= v }
+}

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// settleGrace is relayd's --term-grace in the settlement section.
+const settleGrace = 500 * time.Millisecond
+
+// treeScript builds n members under one sh: every tenth a setsid escapee,
+// every tenth ignoring SIGTERM (so settling waits the whole grace), the
+// rest plain children. Each member's pid goes to pids; done is written once
+// all are started, and sh then waits.
+func treeScript(n int, pids, done string) string {
+	return fmt.Sprintf(`i=0; while [ $i -lt %d ]; do i=$((i+1))
+  case $((i %% 10)) in
+    0) sh -c 'trap "" TERM; exec sleep 300' & echo $! >> %[2]s ;;
+    1) setsid sleep 300 & echo $! >> %[2]s ;;
+    *) sleep 300 & echo $! >> %[2]s ;;
+  esac
+done; echo built > %[3]s; wait`, n, shq(pids), shq(done))
+}
+
+// shq quotes s for sh.
+func shq(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// settleRun is one tree ended by timeoutMs.
+type settleRun struct {
+	over      time.Duration // from the deadline to the reply, less the grace
+	built     time.Duration // from the execute to the tree being complete
+	late      bool          // the tree was not complete at the deadline: no sample
+	survivors int
+}
+
+// settle is section 3: trees of 10, 100 and 1,000 members ended by
+// timeoutMs, per mechanism: the time from the deadline to the executed
+// reply less the grace period, and the members still alive after it.
+//
+// relayd starts its timer when the subject has started, a little after the
+// execute is sent; the deadline here is taken from the send, so the figure
+// includes that spawn (a few ms) and errs high. The timeout is set from the
+// time the previous trees took to build, so that each tree is complete
+// before its deadline; a tree that was not is retried, not counted.
+func (b *bench) settle() {
+	sec := b.report.section("settle", fmt.Sprintf("Settlement: trees ended by timeoutMs, --term-grace %s; time from the deadline to the executed reply, less the grace", settleGrace))
+	sizes := []int{10, 100, 1000}
+	reps := map[int]int{10: b.pick(15, 3), 100: b.pick(8, 2), 1000: b.pick(4, 1)}
+	budget := b.pickDur(130*time.Second, 60*time.Second)
+	sec.note("a tenth of each tree are setsid escapees, a tenth ignore SIGTERM; the deadline is taken at the send of the execute, so the figure includes relayd's spawn of the subject")
+	sec.note("survivors: members still alive (per /proc/PID/stat) when the executed reply is read")
+	for _, mech := range []string{"process-group", "cgroup"} {
+		survivors := []float64{}
+		name := func(n int) string { return fmt.Sprintf("%s, %s members", mech, commas(n)) }
+		fail := func(why string) {
+			for _, n := range sizes {
+				f := sec.add(skipped(name(n), "ms", why))
+				if n == 1000 {
+					f.target("≤ grace + 100 ms, 0 survivors", nil)
+				}
+			}
+		}
+		if mech == "cgroup" && b.cgSkip != "" {
+			fail(b.cgSkip)
+			continue
+		}
+		d, err := startRelayd(b.cfg.relayd, startOpts{scope: mech,
+			args: []string{"--term-grace", settleGrace.String(), "--teardown-timeout", "10s"}})
+		if err != nil {
+			fail(err.Error())
+			continue
+		}
+		cl, err := d.connect()
+		if err != nil {
+			b.stopDaemon(d, "settle, "+mech)
+			fail(err.Error())
+			continue
+		}
+		began := time.Now()
+		perMember := 15 * time.Millisecond // how long a member takes to start; learnt as trees are built
+		for _, n := range sizes {
+			var overs []float64
+			why := ""
+			retries := 0
+			for rep := 0; len(overs) < reps[n]; rep++ {
+				if len(overs) > 0 && time.Since(began) > budget {
+					b.report.note("settle, %s, %d members: %d of %d repetitions within the section's time budget", mech, n, len(overs), reps[n])
+					break
+				}
+				timeout := 300*time.Millisecond + time.Duration(1.3*float64(n)*float64(perMember))
+				logf("settle: %s, %d members, timeoutMs %d", mech, n, timeout.Milliseconds())
+				r, err := settleOnce(d, cl, n, timeout, rep)
+				if err != nil {
+					why = "failed: " + err.Error()
+					break
+				}
+				if r.built > 0 {
+					perMember = max(r.built/time.Duration(n), (perMember+r.built/time.Duration(n))/2)
+				}
+				if r.late {
+					if r.built == 0 {
+						perMember *= 2
+					}
+					if retries++; retries > 3 {
+						why = "the tree was not complete by its deadline in 4 tries"
+						break
+					}
+					continue
+				}
+				overs = append(overs, float64(r.over.Microseconds())/1e3)
+				survivors = append(survivors, float64(r.survivors))
+			}
+			var f *figure
+			if why != "" {
+				f = skipped(name(n), "ms", why)
+			} else {
+				f = measured(name(n), "ms", overs, false)
+			}
+			sec.add(f)
+			if n == 1000 {
+				f.target("≤ grace + 100 ms, 0 survivors", func(f *figure) bool {
+					return f.Median <= 100 && len(survivors) > 0 && quantile(survivors, 1) == 0
+				})
+			}
+		}
+		cl.close()
+		b.stopDaemon(d, "settle, "+mech)
+		fs := measured(mech+": survivors per tree", "count", survivors, false)
+		if len(survivors) > 0 {
+			fs.Detail = fmt.Sprintf("at most %.0f in %d trees", quantile(survivors, 1), len(survivors))
+		}
+		sec.add(fs.target("0 in every tree", func(f *figure) bool { return quantile(survivors, 1) == 0 }))
+	}
+}
+
+// settleOnce runs one tree of n members with timeoutMs and measures its
+// settlement.
+func settleOnce(d *daemon, cl *client, n int, timeout time.Duration, rep int) (settleRun, error) {
+	var r settleRun
+	pidsPath := filepath.Join(d.dir, fmt.Sprintf("tree-%d-%d.pids", n, rep))
+	donePath := pidsPath + ".done"
+	line := cl.encode(map[string]any{"kind": "execute", "command": "/bin/sh",
+		"args": []string{"-c", treeScript(n, pidsPath, donePath)}, "timeoutMs": timeout.Milliseconds()})
+	type got struct {
+		r   *reply
+		at  time.Time
+		err error
+	}
+	ch := make(chan got, 1)
+	sent := time.Now()
+	if err := cl.send(line); err != nil {
+		return r, err
+	}
+	go func() {
+		rep, err := cl.read(timeout + settleGrace + 40*time.Second)
+		ch <- got{rep, time.Now(), err}
+	}()
+	deadline := sent.Add(timeout)
+	var res got
+	var builtAt time.Time
+wait:
+	for {
+		select {
+		case res = <-ch:
+			break wait
+		case <-time.After(5 * time.Millisecond):
+		}
+		if builtAt.IsZero() {
+			if _, err := os.Stat(donePath); err == nil {
+				builtAt = time.Now()
+			}
+		}
+		if !builtAt.IsZero() {
+			res = <-ch
+			break wait
+		}
+	}
+	defer killLeftovers(pidsPath)
+	if res.err != nil {
+		return r, res.err
+	}
+	if res.r.Kind != "executed" || res.r.Termination != "framework_timeout" || res.r.Settlement != "settled" {
+		return r, fmt.Errorf("got %s; want executed, framework_timeout, settled", res.r.raw())
+	}
+	// Survivors: each member's state, at once.
+	pids := readPids(pidsPath)
+	for _, pid := range pids {
+		if member(pid) {
+			r.survivors++
+		}
+	}
+	r.over = res.at.Sub(deadline) - settleGrace
+	if builtAt.IsZero() {
+		r.late = true
+		return r, nil
+	}
+	r.built = builtAt.Sub(sent)
+	r.late = builtAt.After(deadline.Add(-20*time.Millisecond)) || len(pids) != n
+	return r, nil
+}
+
+// killLeftovers SIGKILLs members of a tree that outlived its settlement
+// (processes this run's own subject started and listed), and waits a little
+// for them to go, so that the next tree starts on a clean machine.
+func killLeftovers(pidsPath string) {
+	pids := readPids(pidsPath)
+	for _, pid := range pids {
+		if member(pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, pid := range pids {
+		for member(pid) && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	os.Remove(pidsPath)
+	os.Remove(pidsPath + ".done")
+}
+
+// member is true while pid is alive and still a tree member ("sleep 300",
+// or the sh that becomes one), not another process that got the pid.
+func member(pid int) bool {
+	if !alive(pid) {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	return err == nil && strings.Contains(string(b), "300")
+}
+
+func readPids(path string) []int {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	var out []int
+	for _, w := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(w); err == nil && pid > 1 {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// commas writes 1000 as 1,000.
+func commas(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}

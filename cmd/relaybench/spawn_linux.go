@@ -1,0 +1,211 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The baselines: what relayd cannot beat. A bare spawn is fork, exec of
+// /bin/true in a new session (as relayd starts every subject), and wait4
+// on that exact pid; its stdio is /dev/null.
+
+var devNull = func() uintptr {
+	f, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		panic(err)
+	}
+	return f.Fd() // kept open for the run
+}()
+
+func bareSpawn(sys *syscall.SysProcAttr) error {
+	pid, err := syscall.ForkExec("/bin/true", []string{"true"},
+		&syscall.ProcAttr{Files: []uintptr{devNull, devNull, devNull}, Sys: sys})
+	if err != nil {
+		return fmt.Errorf("bare spawn of /bin/true: %w", err)
+	}
+	return waitPid(pid)
+}
+
+// waitPid waits for pid, and only for it, and checks it exited 0.
+func waitPid(pid int) error {
+	var ws syscall.WaitStatus
+	for {
+		_, err := syscall.Wait4(pid, &ws, 0, nil)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("wait4 %d: %w", pid, err)
+		}
+		break
+	}
+	if !ws.Exited() || ws.ExitStatus() != 0 {
+		return fmt.Errorf("/bin/true ended with status %v", ws)
+	}
+	return nil
+}
+
+func spawnSetsid() error { return bareSpawn(&syscall.SysProcAttr{Setsid: true}) }
+
+// cgroupBase is a cgroup v2 directory beside relayd's subtrees (relayd makes
+// BASE/relayd-PID in its own cgroup, which it inherits from this process;
+// this is BASE/relaybench-PID) holding one fresh leaf per bare spawn.
+type cgroupBase struct {
+	dir string
+	n   atomic.Uint64
+}
+
+// newCgroupBase finds this process's cgroup v2 directory (the cgroup2 mount
+// from /proc/self/mountinfo, the cgroup from /proc/self/cgroup) and makes
+// the base in it.
+func newCgroupBase() (*cgroupBase, error) {
+	own, err := ownCgroup2()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(own, "relaybench-"+strconv.Itoa(os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("cannot make a cgroup for bare spawns: %w", err)
+	}
+	b := &cgroupBase{dir: dir}
+	if err := b.spawn(); err != nil { // prove it works
+		b.close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// spawn is one bare spawn of /bin/true born into a fresh leaf (clone3 with
+// CLONE_INTO_CGROUP), then wait4, then rmdir of the leaf, retried briefly:
+// the kernel says "populated 0" a little after wait4 returns.
+func (b *cgroupBase) spawn() error {
+	leaf := filepath.Join(b.dir, "leaf-"+strconv.FormatUint(b.n.Add(1), 10))
+	if err := os.Mkdir(leaf, 0o755); err != nil {
+		return fmt.Errorf("cgroup leaf: %w", err)
+	}
+	fd, err := unix.Open(leaf, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		os.Remove(leaf)
+		return fmt.Errorf("cgroup leaf: %w", err)
+	}
+	err = bareSpawn(&syscall.SysProcAttr{Setsid: true, UseCgroupFD: true, CgroupFD: fd})
+	unix.Close(fd)
+	if rerr := removeLeaf(leaf); rerr != nil && err == nil {
+		err = rerr
+	}
+	return err
+}
+
+func removeLeaf(dir string) error {
+	deadline := time.Now().Add(2 * time.Second)
+	for i := 0; ; i++ {
+		err := os.Remove(dir)
+		if err == nil || errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+			return fmt.Errorf("removing cgroup leaf: %w", err)
+		}
+		if i < 100 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+}
+
+func (b *cgroupBase) close() {
+	_ = removeLeaf(b.dir)
+}
+
+// ownCgroup2 is this process's cgroup as a directory of a cgroup2 mount:
+// /sys/fs/cgroup when that is cgroup2, else another cgroup2 mount (the hybrid
+// layout's /sys/fs/cgroup/unified).
+func ownCgroup2() (string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	var point, root string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint options [optional...] - fstype source superoptions
+		fields := strings.Fields(sc.Text())
+		for i, x := range fields {
+			if x == "-" && i >= 5 && i+1 < len(fields) && fields[i+1] == "cgroup2" {
+				if point == "" || fields[4] == "/sys/fs/cgroup" {
+					point, root = unescape(fields[4]), unescape(fields[3])
+				}
+				break
+			}
+		}
+	}
+	if point == "" {
+		return "", errors.New("no cgroup2 mount in /proc/self/mountinfo")
+	}
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			rel, ok := strings.CutPrefix(p, root)
+			if !ok {
+				return "", fmt.Errorf("this process's cgroup %s is outside the part %s mounted at %s", p, root, point)
+			}
+			return filepath.Join(point, rel), nil
+		}
+	}
+	return "", errors.New("/proc/self/cgroup has no cgroup v2 line")
+}
+
+// unescape undoes mountinfo's octal escapes (\040 for a space).
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// procState is the state letter of /proc/PID/stat, or 0 when pid is gone.
+func procState(pid int) byte {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0
+	}
+	return b[i+2]
+}
+
+// alive is true while pid exists and is not a zombie.
+func alive(pid int) bool {
+	s := procState(pid)
+	return s != 0 && s != 'Z' && s != 'X'
+}
