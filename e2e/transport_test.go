@@ -164,7 +164,7 @@ func TestDialOut(t *testing.T) {
 // A peer that stops reading while relayd writes a large reply is dropped
 // after --write-timeout; relayd goes on serving others and shuts down cleanly.
 func TestPeerStopsReading(t *testing.T) {
-	d := startRelayd(t, opts{args: []string{"--write-timeout", "500ms", "--max-stdout-bytes", "64MiB"}})
+	d := startRelayd(t, opts{args: []string{"--write-timeout", "500ms", "--max-stdout-bytes", "32MiB"}})
 	raw, err := net.Dial("tcp", d.addr)
 	if err != nil {
 		t.Fatal(err)
@@ -172,10 +172,10 @@ func TestPeerStopsReading(t *testing.T) {
 	defer raw.Close()
 	_ = raw.(*net.TCPConn).SetReadBuffer(4096)
 	stuck := &client{t: t, c: raw, r: bufio.NewReader(raw), token: d.token}
-	stuck.send(msg{"kind": "execute", "command": "/bin/sh", "args": []string{"-c", "head -c 50000000 /dev/zero | tr '\\0' a"}})
+	stuck.send(msg{"kind": "execute", "command": "/bin/sh", "args": []string{"-c", "head -c 16000000 /dev/zero | tr '\\0' a"}})
 	// Never read. relayd must give up on this peer and stay healthy.
 	other := d.connect()
-	waitFor(t, 20*time.Second, "relayd to drop the peer that does not read", func() bool {
+	waitFor(t, 60*time.Second, "relayd to drop the peer that does not read", func() bool {
 		return strings.Contains(d.logs.String(), "write to peer failed")
 	})
 	if r := other.sh("echo alive", nil); r["stdout"] != "alive\n" {
