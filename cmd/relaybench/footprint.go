@@ -24,8 +24,9 @@ func (b *bench) footprint() {
 	starts := b.pick(20, 5)
 	connReps := b.pick(3, 1)
 	sec.note("start: from fork/exec of relayd to the first connect that succeeds, dialling in a tight loop; %d starts", starts)
+	sec.note("the kernel completes a connect once relayd listens, which it does before it sets up its scope mechanism (for cgroup, a probe that spawns into a leaf); the first ready reply is when it serves")
 	sec.note("idle RSS: VmRSS 300 ms after one ready over one connection, closed since")
-	sec.note("1,000 idle connections: VmRSS 500 ms after the last of them had its ready reply; %d relayds", connReps)
+	sec.note("1,000 idle connections: VmRSS 500 ms after the last of them had its ready reply; %d runs, a fresh relayd each", connReps)
 	const conns = 1000
 	for _, mech := range []string{"process-group", "cgroup"} {
 		names := []string{"start to first connection, " + mech, "start to first ready reply, " + mech,

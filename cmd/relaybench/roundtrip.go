@@ -14,9 +14,9 @@ type series struct {
 }
 
 // interleave times every series in turns of block ops until rounds rounds
-// are done or budget is spent (after at least two rounds). A series whose
-// op fails stops, and says why.
-func interleave(list []*series, rounds int, budget time.Duration) {
+// are done or budget is spent (after at least two rounds), and returns the
+// rounds done. A series whose op fails stops, and says why.
+func interleave(list []*series, rounds int, budget time.Duration) int {
 	for _, s := range list {
 		for i := 0; i < s.warm && s.skip == ""; i++ {
 			if err := s.op(); err != nil {
@@ -27,7 +27,7 @@ func interleave(list []*series, rounds int, budget time.Duration) {
 	began := time.Now()
 	for r := 0; r < rounds; r++ {
 		if r >= 2 && time.Since(began) > budget {
-			break
+			return r
 		}
 		for _, s := range list {
 			for i := 0; i < s.block && s.skip == ""; i++ {
@@ -42,6 +42,7 @@ func interleave(list []*series, rounds int, budget time.Duration) {
 			}
 		}
 	}
+	return rounds
 }
 
 func (s *series) figure(unit string) *figure {
@@ -97,7 +98,9 @@ func (b *bench) roundTrip() {
 	}
 	logf("round trip: %d rounds of %d per series (ssh %d)", rounds, block, max(1, block/10))
 	sec.note("the series take turns, %d (ssh %d) at a time, for up to %d rounds; bare spawns are fork/exec of /bin/true in a new session and wait4 on its pid", block, max(1, block/10), rounds)
-	interleave(list, rounds, b.pickDur(150*time.Second, 30*time.Second))
+	if done := interleave(list, rounds, b.pickDur(150*time.Second, 30*time.Second)); done < rounds {
+		b.report.note("round trip: %d of %d rounds within the section's time budget", done, rounds)
+	}
 
 	fb := sec.add(bare.figure("ms"))
 	if b.cfg.only["roundtrip"] {

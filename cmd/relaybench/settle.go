@@ -41,7 +41,10 @@ type settleRun struct {
 
 // settle is section 3: trees of 10, 100 and 1,000 members ended by
 // timeoutMs, per mechanism: the time from the deadline to the executed
-// reply less the grace period, and the members still alive after it.
+// reply less the grace period, and the members still alive after it. The
+// baseline is the same tree settled by this process itself, with nothing
+// to prove: SIGTERM to each member, the grace, SIGKILL to each one left,
+// and /proc polled until every member is dead.
 //
 // relayd starts its timer when the subject has started, a little after the
 // execute is sent; the deadline here is taken from the send, so the figure
@@ -52,91 +55,191 @@ func (b *bench) settle() {
 	sec := b.report.section("settle", fmt.Sprintf("Settlement: trees ended by timeoutMs, --term-grace %s; time from the deadline to the executed reply, less the grace", settleGrace))
 	sizes := []int{10, 100, 1000}
 	reps := map[int]int{10: b.pick(15, 3), 100: b.pick(8, 2), 1000: b.pick(4, 1)}
-	budget := b.pickDur(130*time.Second, 60*time.Second)
+	bareReps := map[int]int{10: b.pick(10, 2), 100: b.pick(5, 1), 1000: b.pick(3, 1)}
 	sec.note("a tenth of each tree are setsid escapees, a tenth ignore SIGTERM; the deadline is taken at the send of the execute, so the figure includes relayd's spawn of the subject")
+	sec.note("bare settle: the same tree under a sh this program starts; SIGTERM to each member, the grace, SIGKILL to each one alive, then /proc polled until all are dead (zombies count as dead); from the first SIGTERM, less the grace")
 	sec.note("survivors: members still alive (per /proc/PID/stat) when the executed reply is read")
+
+	dir, err := os.MkdirTemp("", "relaybench-settle-")
+	bare := map[int]*figure{}
+	if err == nil {
+		defer os.RemoveAll(dir)
+		t := b.trees("bare settle", sizes, bareReps, b.pickDur(60*time.Second, 30*time.Second),
+			func(n int, _ time.Duration, rep int) (settleRun, error) { return bareSettleOnce(dir, n, rep) })
+		for _, n := range sizes {
+			bare[n] = sec.add(t.figures[n])
+		}
+	}
 	for _, mech := range []string{"process-group", "cgroup"} {
-		survivors := []float64{}
 		name := func(n int) string { return fmt.Sprintf("%s, %s members", mech, commas(n)) }
-		fail := func(why string) {
+		why := ""
+		var d *daemon
+		var cl *client
+		if mech == "cgroup" && b.cgSkip != "" {
+			why = b.cgSkip
+		} else if d, err = startRelayd(b.cfg.relayd, startOpts{scope: mech,
+			args: []string{"--term-grace", settleGrace.String(), "--teardown-timeout", "10s"}}); err != nil {
+			why = err.Error()
+		} else if cl, err = d.connect(); err != nil {
+			why = err.Error()
+		}
+		if why != "" {
+			if d != nil {
+				b.stopDaemon(d, "settle, "+mech)
+			}
 			for _, n := range sizes {
 				f := sec.add(skipped(name(n), "ms", why))
 				if n == 1000 {
 					f.target("≤ grace + 100 ms, 0 survivors", nil)
 				}
 			}
-		}
-		if mech == "cgroup" && b.cgSkip != "" {
-			fail(b.cgSkip)
 			continue
 		}
-		d, err := startRelayd(b.cfg.relayd, startOpts{scope: mech,
-			args: []string{"--term-grace", settleGrace.String(), "--teardown-timeout", "10s"}})
-		if err != nil {
-			fail(err.Error())
-			continue
-		}
-		cl, err := d.connect()
-		if err != nil {
-			b.stopDaemon(d, "settle, "+mech)
-			fail(err.Error())
-			continue
-		}
-		began := time.Now()
-		perMember := 15 * time.Millisecond // how long a member takes to start; learnt as trees are built
+		t := b.trees(mech, sizes, reps, b.pickDur(130*time.Second, 60*time.Second),
+			func(n int, timeout time.Duration, rep int) (settleRun, error) {
+				return settleOnce(d, cl, n, timeout, rep)
+			})
+		cl.close()
+		b.stopDaemon(d, "settle, "+mech)
 		for _, n := range sizes {
-			var overs []float64
-			why := ""
-			retries := 0
-			for rep := 0; len(overs) < reps[n]; rep++ {
-				if len(overs) > 0 && time.Since(began) > budget {
-					b.report.note("settle, %s, %d members: %d of %d repetitions within the section's time budget", mech, n, len(overs), reps[n])
-					break
-				}
-				timeout := 300*time.Millisecond + time.Duration(1.3*float64(n)*float64(perMember))
-				logf("settle: %s, %d members, timeoutMs %d", mech, n, timeout.Milliseconds())
-				r, err := settleOnce(d, cl, n, timeout, rep)
-				if err != nil {
-					why = "failed: " + err.Error()
-					break
-				}
-				if r.built > 0 {
-					perMember = max(r.built/time.Duration(n), (perMember+r.built/time.Duration(n))/2)
-				}
-				if r.late {
-					if r.built == 0 {
-						perMember *= 2
-					}
-					if retries++; retries > 3 {
-						why = "the tree was not complete by its deadline in 4 tries"
-						break
-					}
-					continue
-				}
-				overs = append(overs, float64(r.over.Microseconds())/1e3)
-				survivors = append(survivors, float64(r.survivors))
-			}
-			var f *figure
-			if why != "" {
-				f = skipped(name(n), "ms", why)
-			} else {
-				f = measured(name(n), "ms", overs, false)
-			}
-			sec.add(f)
+			f := sec.add(t.figures[n]).against(bare[n])
 			if n == 1000 {
 				f.target("≤ grace + 100 ms, 0 survivors", func(f *figure) bool {
-					return f.Median <= 100 && len(survivors) > 0 && quantile(survivors, 1) == 0
+					return f.Median <= 100 && len(t.survivors) > 0 && quantile(t.survivors, 1) == 0
 				})
 			}
 		}
-		cl.close()
-		b.stopDaemon(d, "settle, "+mech)
-		fs := measured(mech+": survivors per tree", "count", survivors, false)
-		if len(survivors) > 0 {
-			fs.Detail = fmt.Sprintf("at most %.0f in %d trees", quantile(survivors, 1), len(survivors))
+		fs := measured(mech+": survivors per tree", "count", t.survivors, false)
+		if len(t.survivors) > 0 {
+			fs.Detail = fmt.Sprintf("at most %.0f in %d trees", quantile(t.survivors, 1), len(t.survivors))
 		}
-		sec.add(fs.target("0 in every tree", func(f *figure) bool { return quantile(survivors, 1) == 0 }))
+		sec.add(fs.target("0 in every tree", func(f *figure) bool { return quantile(t.survivors, 1) == 0 }))
 	}
+}
+
+// treeResults are the figures of one way of settling trees.
+type treeResults struct {
+	figures   map[int]*figure
+	survivors []float64
+}
+
+// trees settles trees of each size reps times with once, within budget
+// (each size gets at least one tree). The timeout given to once is the
+// deadline to set: long enough for the tree to be built, learnt from the
+// trees before.
+func (b *bench) trees(label string, sizes []int, reps map[int]int, budget time.Duration,
+	once func(n int, timeout time.Duration, rep int) (settleRun, error)) treeResults {
+	res := treeResults{figures: map[int]*figure{}, survivors: []float64{}}
+	began := time.Now()
+	perMember := 15 * time.Millisecond // how long a member takes to start; learnt as trees are built
+	for _, n := range sizes {
+		name := fmt.Sprintf("%s, %s members", label, commas(n))
+		var overs, builds []float64
+		why := ""
+		retries := 0
+		for rep := 0; len(overs) < reps[n]; rep++ {
+			if len(overs) > 0 && time.Since(began) > budget {
+				b.report.note("settle, %s, %s members: %d of %d repetitions within the section's time budget", label, commas(n), len(overs), reps[n])
+				break
+			}
+			timeout := 300*time.Millisecond + time.Duration(1.3*float64(n)*float64(perMember))
+			logf("settle: %s, %d members (deadline %s)", label, n, timeout.Round(time.Millisecond))
+			r, err := once(n, timeout, rep)
+			if err != nil {
+				why = "failed: " + err.Error()
+				break
+			}
+			if r.built > 0 {
+				perMember = max(r.built/time.Duration(n), (perMember+r.built/time.Duration(n))/2)
+			}
+			if r.late {
+				if r.built == 0 {
+					perMember *= 2
+				}
+				if retries++; retries > 3 {
+					why = "the tree was not complete by its deadline in 4 tries"
+					break
+				}
+				continue
+			}
+			overs = append(overs, float64(r.over.Microseconds())/1e3)
+			builds = append(builds, r.built.Seconds())
+			res.survivors = append(res.survivors, float64(r.survivors))
+		}
+		if why != "" {
+			res.figures[n] = skipped(name, "ms", why)
+			continue
+		}
+		f := measured(name, "ms", overs, false)
+		if len(builds) > 0 {
+			f.Detail = fmt.Sprintf("trees built in %.2f s (median)", quantile(builds, 0.5))
+		}
+		res.figures[n] = f
+	}
+	return res
+}
+
+// bareSettleOnce builds a tree of n members under a sh this process starts
+// (in a new session), then settles it itself: SIGTERM to the sh and each
+// member, the grace, SIGKILL to each member alive, and /proc polled until
+// none is.
+func bareSettleOnce(dir string, n, rep int) (settleRun, error) {
+	var r settleRun
+	pidsPath := filepath.Join(dir, fmt.Sprintf("bare-%d-%d.pids", n, rep))
+	donePath := pidsPath + ".done"
+	defer killLeftovers(pidsPath)
+	began := time.Now()
+	sh, err := syscall.ForkExec("/bin/sh", []string{"sh", "-c", treeScript(n, pidsPath, donePath)},
+		&syscall.ProcAttr{Files: []uintptr{devNull, devNull, devNull}, Sys: &syscall.SysProcAttr{Setsid: true}})
+	if err != nil {
+		return r, fmt.Errorf("starting the tree: %w", err)
+	}
+	forget := atCleanup(func() { // an interrupted run leaves no tree behind
+		_ = syscall.Kill(sh, syscall.SIGKILL)
+		killLeftovers(pidsPath)
+	})
+	defer forget()
+	defer func() {
+		var ws syscall.WaitStatus
+		for {
+			if _, err := syscall.Wait4(sh, &ws, 0, nil); !errors.Is(err, syscall.EINTR) {
+				return
+			}
+		}
+	}()
+	for {
+		if _, err := os.Stat(donePath); err == nil {
+			break
+		}
+		if time.Since(began) > 5*time.Minute {
+			_ = syscall.Kill(sh, syscall.SIGKILL)
+			return r, errors.New("the tree was not built within 5 minutes")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	r.built = time.Since(began)
+	pids := append(readPids(pidsPath), sh)
+	t0 := time.Now()
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGTERM) // the tree this process started
+	}
+	time.Sleep(time.Until(t0.Add(settleGrace)))
+	for _, pid := range pids {
+		if member(pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, pid := range pids {
+		for member(pid) {
+			if time.Now().After(deadline) {
+				return r, fmt.Errorf("member %d still alive 30s after SIGKILL", pid)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	r.over = time.Since(t0) - settleGrace
+	return r, nil
 }
 
 // settleOnce runs one tree of n members with timeoutMs and measures its
