@@ -41,6 +41,10 @@ func (b *bench) footprint() {
 		var first, ready, idle []float64
 		var startErr error
 		for i := 0; i < starts && startErr == nil; i++ {
+			if i >= 5 && b.overtime() {
+				b.report.note("footprint, %s: %d of %d starts within the time budget", mech, i, starts)
+				break
+			}
 			var s startSample
 			if s, startErr = b.startOnce(mech); startErr == nil {
 				first = append(first, ms(s.connected))
@@ -52,6 +56,9 @@ func (b *bench) footprint() {
 		var busy []float64
 		var connErr error
 		for i := 0; i < connReps && connErr == nil; i++ {
+			if i >= 1 && b.overtime() {
+				break
+			}
 			var rss float64
 			if rss, connErr = b.connsOnce(mech, conns); connErr == nil {
 				busy = append(busy, rss)

@@ -74,7 +74,13 @@ func run(args []string) error {
 	if cgSkip != "" {
 		logf("cgroup mechanism skipped: %s", cgSkip)
 	}
-	b := &bench{cfg: cfg, cgSkip: cgSkip, report: rep}
+	// Sections cut their repetitions (keeping at least one) past this, so
+	// that a run on a loaded machine still ends in reasonable time.
+	deadline := began.Add(9 * time.Minute)
+	if cfg.quick {
+		deadline = began.Add(3 * time.Minute)
+	}
+	b := &bench{cfg: cfg, cgSkip: cgSkip, report: rep, deadline: deadline}
 	if cfg.only["roundtrip"] || cfg.only["ssh"] {
 		b.roundTrip()
 	}
@@ -168,9 +174,19 @@ func contains(list []string, s string) bool {
 
 // bench holds what the sections share.
 type bench struct {
-	cfg    config
-	cgSkip string // why the cgroup mechanism cannot run here; "" when it can
-	report *report
+	cfg      config
+	cgSkip   string // why the cgroup mechanism cannot run here; "" when it can
+	report   *report
+	deadline time.Time // past it, sections do the fewest repetitions they can
+}
+
+// overtime is true once the run is past its deadline.
+func (b *bench) overtime() bool { return time.Now().After(b.deadline) }
+
+// cut is true when a section that began at began with budget should stop
+// repeating: its budget is spent, or the run's.
+func (b *bench) cut(began time.Time, budget time.Duration) bool {
+	return time.Since(began) > budget || b.overtime()
 }
 
 // pick returns full, or quick with --quick.

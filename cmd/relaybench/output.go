@@ -17,7 +17,7 @@ const outputBytes = 1 << 30
 func (b *bench) output() {
 	sec := b.report.section("output", "Output: a subject writing 1 GiB to stdout (head -c 1073741824 /dev/zero)")
 	reps := b.pick(5, 1)
-	budget := b.pickDur(100*time.Second, 40*time.Second)
+	budget := b.pickDur(90*time.Second, 40*time.Second)
 	var pipe, raw, carrier, rawRSS, carrierRSS []float64
 	var pipeErr, rawErr, carrierErr error
 	mech := ""
@@ -30,8 +30,8 @@ func (b *bench) output() {
 	}()
 	began := time.Now()
 	for rep := 0; rep < reps; rep++ {
-		if rep > 0 && time.Since(began) > budget {
-			b.report.note("output: %d of %d repetitions within the section's time budget", rep, reps)
+		if rep > 0 && b.cut(began, budget) {
+			b.report.note("output: %d of %d repetitions within the time budget", rep, reps)
 			break
 		}
 		logf("output: repetition %d of %d", rep+1, reps)

@@ -14,9 +14,9 @@ type series struct {
 }
 
 // interleave times every series in turns of block ops until rounds rounds
-// are done or budget is spent (after at least two rounds), and returns the
+// are done or stop says so (after at least two rounds), and returns the
 // rounds done. A series whose op fails stops, and says why.
-func interleave(list []*series, rounds int, budget time.Duration) int {
+func interleave(list []*series, rounds int, stop func() bool) int {
 	for _, s := range list {
 		for i := 0; i < s.warm && s.skip == ""; i++ {
 			if err := s.op(); err != nil {
@@ -24,9 +24,8 @@ func interleave(list []*series, rounds int, budget time.Duration) int {
 			}
 		}
 	}
-	began := time.Now()
 	for r := 0; r < rounds; r++ {
-		if r >= 2 && time.Since(began) > budget {
+		if r >= 2 && stop() {
 			return r
 		}
 		for _, s := range list {
@@ -98,8 +97,9 @@ func (b *bench) roundTrip() {
 	}
 	logf("round trip: %d rounds of %d per series (ssh %d)", rounds, block, max(1, block/10))
 	sec.note("the series take turns, %d (ssh %d) at a time, for up to %d rounds; bare spawns are fork/exec of /bin/true in a new session and wait4 on its pid", block, max(1, block/10), rounds)
-	if done := interleave(list, rounds, b.pickDur(150*time.Second, 30*time.Second)); done < rounds {
-		b.report.note("round trip: %d of %d rounds within the section's time budget", done, rounds)
+	began, budget := time.Now(), b.pickDur(120*time.Second, 30*time.Second)
+	if done := interleave(list, rounds, func() bool { return b.cut(began, budget) }); done < rounds {
+		b.report.note("round trip: %d of %d rounds within the time budget", done, rounds)
 	}
 
 	fb := sec.add(bare.figure("ms"))

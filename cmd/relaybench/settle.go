@@ -95,7 +95,7 @@ func (b *bench) settle() {
 			}
 			continue
 		}
-		t := b.trees(mech, sizes, reps, b.pickDur(130*time.Second, 60*time.Second),
+		t := b.trees(mech, sizes, reps, b.pickDur(120*time.Second, 60*time.Second),
 			func(n int, timeout time.Duration, rep int) (settleRun, error) {
 				return settleOnce(d, cl, n, timeout, rep)
 			})
@@ -138,8 +138,8 @@ func (b *bench) trees(label string, sizes []int, reps map[int]int, budget time.D
 		why := ""
 		retries := 0
 		for rep := 0; len(overs) < reps[n]; rep++ {
-			if len(overs) > 0 && time.Since(began) > budget {
-				b.report.note("settle, %s, %s members: %d of %d repetitions within the section's time budget", label, commas(n), len(overs), reps[n])
+			if len(overs) > 0 && b.cut(began, budget) {
+				b.report.note("settle, %s, %s members: %d of %d repetitions within the time budget", label, commas(n), len(overs), reps[n])
 				break
 			}
 			timeout := 300*time.Millisecond + time.Duration(1.3*float64(n)*float64(perMember))
