@@ -44,6 +44,7 @@ type config struct {
 	quick      bool            // fewer repetitions: a smoke run
 	only       map[string]bool // sections to run
 	installSSH bool            // apt-get install OpenSSH when sshd is missing and we are root
+	table      string          // print the table of this results file and exit
 }
 
 func main() {
@@ -61,6 +62,14 @@ func run(args []string) error {
 	cfg, err := parseFlags(args)
 	if err != nil {
 		return err
+	}
+	if cfg.table != "" {
+		rep, err := readReport(cfg.table)
+		if err != nil {
+			return err
+		}
+		fmt.Print(rep.table())
+		return nil
 	}
 	go onSignal()
 	defer runCleanups()
@@ -113,6 +122,7 @@ func parseFlags(args []string) (config, error) {
 	quick := fs.Bool("quick", false, "far fewer repetitions and shorter runs: a smoke run, not figures to quote")
 	only := fs.StringSlice("only", nil, "run only these sections (comma-separated): "+strings.Join(sectionNames, ", "))
 	installSSH := fs.Bool("install-ssh", false, "when sshd is missing and we are root, install OpenSSH with apt-get (make bench sets it)")
+	table := fs.String("table", "", "print the table of an earlier run's results file (e.g. bench/results.json) and exit; measures nothing")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: relaybench [flags]\n\nMeasures relayd against baselines run beside it; prints a table and writes JSON.\n\n%s", fs.FlagUsages())
 	}
@@ -122,7 +132,10 @@ func parseFlags(args []string) (config, error) {
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected argument %q: relaybench takes only flags", fs.Arg(0))
 	}
-	cfg := config{out: *out, quick: *quick, installSSH: *installSSH, only: map[string]bool{}}
+	cfg := config{out: *out, quick: *quick, installSSH: *installSSH, table: *table, only: map[string]bool{}}
+	if cfg.table != "" {
+		return cfg, nil
+	}
 	for _, s := range *only {
 		s = strings.TrimSpace(s)
 		if !contains(sectionNames, s) {

@@ -225,7 +225,7 @@ func (r *report) table() string {
 			base, ratio := "", ""
 			if f.Baseline != nil {
 				base = value(f.Baseline.Median, f.Unit)
-				ratio = fmt.Sprintf("%.2fx", f.Ratio)
+				ratio = fmt.Sprintf("%.3gx", f.Ratio) // three digits: 0.797x is not 0.80x
 			}
 			met := ""
 			if f.Met != nil {
@@ -250,7 +250,24 @@ func (r *report) table() string {
 			fmt.Fprintf(&b, "  - %s\n", n)
 		}
 	}
-	return b.String()
+	lines := strings.Split(b.String(), "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimRight(l, " ") // tabwriter pads the last column
+	}
+	return strings.Join(lines, "\n")
+}
+
+// readReport reads a report that write wrote.
+func readReport(path string) (*report, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	return &r, nil
 }
 
 func (r *report) write(path string) error {
