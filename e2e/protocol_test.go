@@ -159,6 +159,9 @@ func TestExitCodes(t *testing.T) {
 		{"not executable", msg{"command": noexec}, 126},
 		{"relative not executable", msg{"command": "./noexec.sh"}, 126},
 		{"bad cwd", msg{"command": "/bin/true", "cwd": "/nonexistent/dir"}, 126},
+		{"bad cwd, name from PATH", msg{"command": "true", "cwd": "/nonexistent/dir"}, 126},
+		{"bad cwd, relative command", msg{"command": "./noexec.sh", "cwd": "/nonexistent/dir"}, 126},
+		{"cwd is a file", msg{"command": "/bin/true", "cwd": noexec}, 126},
 		{"directory", msg{"command": "/tmp"}, 126},
 	} {
 		m := msg{"kind": "execute"}
@@ -167,8 +170,14 @@ func TestExitCodes(t *testing.T) {
 		}
 		r := c.request(m)
 		wantExit(t, r, "exited", tc.code)
-		if det, _ := r["detail"].(string); det == "" {
+		det, _ := r["detail"].(string)
+		if det == "" {
 			t.Errorf("%s: no detail in %v", tc.name, r)
+		}
+		if strings.HasPrefix(tc.name, "bad cwd") || strings.HasPrefix(tc.name, "cwd is") {
+			if !strings.Contains(det, "cwd") {
+				t.Errorf("%s: detail %q does not name the cwd", tc.name, det)
+			}
 		}
 		if r["settlement"] != "none" {
 			t.Errorf("%s: settlement %v", tc.name, r["settlement"])

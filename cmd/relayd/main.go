@@ -115,6 +115,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		}
 	}
 	log := newLogger(o, stderr)
+	defer startProfile()()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -917,6 +918,66 @@ func waitEscaped(t *testing.T, pid int, orphaned bool) {
 			t.Fatalf("process %d (%q, session %d, parent %d) did not escape as expected", pid, Argv(pid), e.sid, e.ppid)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// walkTable finds adopted orphans in the children of the main thread alone.
+// Here the subject is forked by another thread, and its double-forked
+// grandchild must still be found (with no rescan between the fork and the
+// look) in the main thread's children and in the scope.
+func TestOrphansComeToMainThread(t *testing.T) {
+	p := newPins(t)
+	scope, err := slowTracker.NewScope("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(scope.Close)
+	t.Cleanup(func() { _ = scope.Signal(syscall.SIGKILL) })
+	out := newBuffer()
+	type started struct {
+		s   *Subject
+		tid int
+		err error
+	}
+	ch := make(chan started)
+	for try := 0; ; try++ {
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+			tid := unix.Gettid()
+			if tid == os.Getpid() {
+				ch <- started{tid: tid}
+				return
+			}
+			s, err := Start(testReaper, scope, Spec{Path: "/bin/sh", Argv: []string{"sh", "-c", escapeScript},
+				Env: shEnv, Dir: t.TempDir(), Stdout: out})
+			ch <- started{s, tid, err}
+		}()
+		r := <-ch
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r.s != nil {
+			p.pinChild(r.s.PID)
+			if e, ok := statOf(r.s.PID); !ok || e.ppid != os.Getpid() {
+				t.Fatalf("subject %d: parent %+v", r.s.PID, e)
+			}
+			break
+		}
+		if try == 100 {
+			t.Skip("no goroutine got a thread other than the main one")
+		}
+	}
+	named := waitNamed(t, p, out, "child", "setsid", "double")
+	waitEscaped(t, named["double"], true)
+	kids, err := taskChildren("/proc", os.Getpid(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(kids, named["double"]) {
+		t.Fatalf("the main thread's children %v lack the adopted orphan %d", kids, named["double"])
+	}
+	if m := memberSet(t, scope); !m[named["double"]] {
+		t.Fatalf("Members %v lack the adopted orphan %d", m, named["double"])
 	}
 }
 

@@ -108,13 +108,21 @@ func canWalk(root string, self int) bool {
 }
 
 // walkTable looks at only part of the process table: every process
-// reachable through children links from roots and from self's own children.
-// With self a child subreaper (or PID 1), that is every process a scope can
-// have: a process leaves its parent only for the nearest subreaper above it.
-// A process that ends while it is walked is skipped; its children, handed to
-// a reaper, appear in the next look.
+// reachable through children links from roots and from the orphans self
+// has adopted. With self a child subreaper (or PID 1), that is every process
+// a scope can have: a process leaves its parent only for the nearest
+// subreaper above it. A process that ends while it is walked is skipped; its
+// children, handed to a reaper, appear in the next look.
+//
+// Orphans are found in the children of self's main thread alone: the kernel
+// hands an orphan to the first live thread of the reaper's thread group
+// (find_new_reaper and find_alive_thread in kernel/exit.c), which is the
+// main thread, and a Go program's main thread never exits. Children that
+// other threads forked are subjects, and those are roots. Reading one
+// children file instead of one per thread is most of the cost of a look
+// (a relayd has 5 to 10 threads).
 func walkTable(root string, self int, roots []int) (map[int]procEntry, error) {
-	selfKids, err := taskChildren(root, self, -1)
+	selfKids, err := taskChildren(root, self, 1)
 	if err != nil {
 		return nil, fmt.Errorf("exec.walkTable: %w", err)
 	}

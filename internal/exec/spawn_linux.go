@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 
@@ -69,11 +70,10 @@ func (e *SpawnError) Unwrap() error { return e.Err }
 // Start starts spec in scope: in a new session, with stdin /dev/null and
 // stdout and stderr on pipes that are drained at once.
 func Start(r *Reaper, scope Scope, spec Spec) (*Subject, error) {
-	devnull, err := os.Open(os.DevNull)
+	devnull, err := devNull()
 	if err != nil {
 		return nil, &SpawnError{Err: err, Stage: "open /dev/null"}
 	}
-	defer devnull.Close()
 	outR, outW, err := pipe()
 	if err != nil {
 		return nil, &SpawnError{Err: err, Stage: "stdout pipe"}
@@ -94,7 +94,7 @@ func Start(r *Reaper, scope Scope, spec Spec) (*Subject, error) {
 	attr := &syscall.ProcAttr{
 		Dir:   spec.Dir,
 		Env:   spec.Env,
-		Files: []uintptr{devnull.Fd(), outW.Fd(), errW.Fd()},
+		Files: []uintptr{devnull, outW.Fd(), errW.Fd()},
 		Sys:   sys,
 	}
 	pid, exited, err := r.ForkExec(spec.Path, spec.Argv, attr)
@@ -115,6 +115,13 @@ func Start(r *Reaper, scope Scope, spec Spec) (*Subject, error) {
 		stderr:  newDrain(errR, nil, spec.StderrCopy),
 	}, nil
 }
+
+// devNull is the descriptor every subject gets as stdin: /dev/null, opened
+// once for the life of the process (close-on-exec; the child gets a dup).
+var devNull = sync.OnceValues(func() (uintptr, error) {
+	fd, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	return uintptr(fd), err
+})
 
 // pipe makes a pipe whose read end is non-blocking, so that Go's poller
 // serves it and a read deadline can interrupt it.

@@ -150,12 +150,18 @@ func (s *Server) run(ex *execution) (res protocol.Executed) {
 		return res
 	}
 	subjectEnv := env.Subject(s.cfg.BaseEnv, req.Environment, req.Credentials, req.ResultToken)
+	// The cwd is checked only when something failed: a stat on every
+	// execution is measurable, and a cwd that is missing makes the lookup or
+	// the start fail anyway.
 	dir := env.Cwd(s.cfg.Workspace, req.Cwd)
-	if err := env.CheckDir(dir); err != nil {
-		return failed(protocol.ExitNotExecutable, fmt.Sprintf("cwd %s is not a directory that exists", dir))
+	badDir := func() (int, string) {
+		return protocol.ExitNotExecutable, fmt.Sprintf("cwd %s is not a directory that exists", dir)
 	}
 	path, err := env.LookPath(req.Command, subjectEnv, dir)
 	if err != nil {
+		if env.CheckDir(dir) != nil {
+			return failed(badDir())
+		}
 		if errors.Is(err, env.ErrNotFound) {
 			return failed(protocol.ExitNotFound, fmt.Sprintf("program %q not found", req.Command))
 		}
@@ -176,6 +182,9 @@ func (s *Server) run(ex *execution) (res protocol.Executed) {
 	if err != nil {
 		closeAll(spec.StdoutCopy, spec.StderrCopy)
 		scope.Close()
+		if env.CheckDir(dir) != nil {
+			return failed(badDir())
+		}
 		return failed(spawnFailure(err, req.Command))
 	}
 	ex.log.Debug().Int("pid", subj.PID).Msg("execution started")
