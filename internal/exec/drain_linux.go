@@ -121,11 +121,24 @@ func (d *drain) endCapture() {
 func (d *drain) cut(limit time.Duration) {
 	d.cutOnce.Do(func() {
 		close(d.cutReq)
-		_ = d.f.SetReadDeadline(time.Unix(1, 0))
+		select {
+		case <-d.cutDone: // at EOF already: the capture is final
+		default:
+			_ = d.f.SetReadDeadline(time.Unix(1, 0))
+		}
 	})
 	select {
 	case <-d.cutDone:
+		return
 	case <-d.eof:
-	case <-time.After(limit):
+		return
+	default:
+	}
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-d.cutDone:
+	case <-d.eof:
+	case <-t.C:
 	}
 }

@@ -99,10 +99,13 @@ func (s *pgScope) started(pid int) {
 	s.t.mu.Lock()
 	defer s.t.mu.Unlock()
 	s.sid = pid
-	s.known[pid] = 0 // start time filled in by the next look
-	if e, err := readStat(s.t.procRoot, pid, make([]byte, 1024)); err == nil {
-		s.known[pid] = e.start
-	}
+	// The start time is filled in by the next look: until then the pid
+	// cannot name another process. It is relayd's child, so it is not
+	// reused before the reaper collects it, and after that the kernel hands
+	// out pids cyclically: reuse needs pid_max forks in between. Reading
+	// /proc/PID/stat here, while the subject is still in execve, cost a
+	// twentieth of relayd's time per execute.
+	s.known[pid] = 0
 	s.live = true
 	s.t.scopes[s] = struct{}{}
 }
