@@ -35,7 +35,7 @@ import (
 
 // sectionNames are the parts of the run, in the order they run; --only
 // picks some of them.
-var sectionNames = []string{"roundtrip", "ssh", "throughput", "settle", "output", "footprint"}
+var sectionNames = []string{"roundtrip", "ssh", "throughput", "settle", "output", "footprint", "compare"}
 
 // config is the parsed command line.
 type config struct {
@@ -45,6 +45,7 @@ type config struct {
 	only       map[string]bool // sections to run
 	installSSH bool            // apt-get install OpenSSH when sshd is missing and we are root
 	table      string          // print the table of this results file and exit
+	before     string          // an older relayd binary for the before/after section; "" for none
 }
 
 func main() {
@@ -105,6 +106,9 @@ func run(args []string) error {
 	if cfg.only["footprint"] {
 		b.footprint()
 	}
+	if cfg.only["compare"] && cfg.before != "" {
+		b.compare()
+	}
 	rep.finish(began)
 	fmt.Print(rep.table())
 	if err := rep.write(cfg.out); err != nil {
@@ -122,6 +126,7 @@ func parseFlags(args []string) (config, error) {
 	quick := fs.Bool("quick", false, "far fewer repetitions and shorter runs: a smoke run, not figures to quote")
 	only := fs.StringSlice("only", nil, "run only these sections (comma-separated): "+strings.Join(sectionNames, ", "))
 	installSSH := fs.Bool("install-ssh", false, "when sshd is missing and we are root, install OpenSSH with apt-get (make bench sets it)")
+	before := fs.String("before", "", "an older relayd binary: adds a section measuring it and --relayd in turns (round trip, settling 1,000 members, output)")
 	table := fs.String("table", "", "print the table of an earlier run's results file (e.g. bench/results.json) and exit; measures nothing")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: relaybench [flags]\n\nMeasures relayd against baselines run beside it; prints a table and writes JSON.\n\n%s", fs.FlagUsages())
@@ -156,6 +161,17 @@ func parseFlags(args []string) (config, error) {
 		return config{}, fmt.Errorf("--relayd %s is not an executable file (run make build first, or give --relayd PATH)", *relayd)
 	}
 	cfg.relayd = abs
+	if *only != nil && cfg.only["compare"] && *before == "" {
+		return config{}, errors.New("--only compare needs --before: the older relayd binary to compare with")
+	}
+	if *before != "" {
+		if cfg.before, err = filepath.Abs(*before); err != nil {
+			return config{}, fmt.Errorf("--before %s: %v", *before, err)
+		}
+		if info, err := os.Stat(cfg.before); err != nil || info.IsDir() || info.Mode()&0o111 == 0 {
+			return config{}, fmt.Errorf("--before %s is not an executable file", *before)
+		}
+	}
 	return cfg, nil
 }
 

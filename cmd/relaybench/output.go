@@ -42,14 +42,14 @@ func (b *bench) output() {
 		}
 		if rawErr == nil {
 			var rate, rss float64
-			rate, rss, mech, rawErr = b.outputOnce(false)
+			rate, rss, mech, rawErr = b.outputOnce(b.cfg.relayd, false)
 			if rawErr == nil {
 				raw, rawRSS = append(raw, rate), append(rawRSS, rss)
 			}
 		}
 		if carrierErr == nil {
 			var rate, rss float64
-			rate, rss, mech, carrierErr = b.outputOnce(true)
+			rate, rss, mech, carrierErr = b.outputOnce(b.cfg.relayd, true)
 			if carrierErr == nil {
 				carrier, carrierRSS = append(carrier, rate), append(carrierRSS, rss)
 			}
@@ -71,8 +71,8 @@ func (b *bench) output() {
 // outputOnce runs the 1 GiB subject through a fresh relayd (the default
 // --scope auto) and returns the rate, relayd's peak RSS in MiB and the
 // mechanism.
-func (b *bench) outputOnce(carrier bool) (rate, rssMiB float64, mech string, err error) {
-	d, err := startRelayd(b.cfg.relayd, startOpts{})
+func (b *bench) outputOnce(bin string, carrier bool) (rate, rssMiB float64, mech string, err error) {
+	d, err := startRelayd(bin, startOpts{})
 	if err != nil {
 		return 0, 0, "", err
 	}

@@ -123,12 +123,17 @@ func (b *bench) roundTrip() {
 // relaydSeries starts a relayd with the given mechanism and returns the
 // series of executes of /bin/true over one connection to it.
 func (b *bench) relaydSeries(mech string, block int, stops *[]func()) *series {
+	return b.relaydSeriesOf(b.cfg.relayd, mech, block, stops)
+}
+
+// relaydSeriesOf is relaydSeries for the relayd binary bin.
+func (b *bench) relaydSeriesOf(bin, mech string, block int, stops *[]func()) *series {
 	s := &series{name: "relayd " + mech, block: block, warm: 20}
 	if mech == "cgroup" && b.cgSkip != "" {
 		s.skip = b.cgSkip
 		return s
 	}
-	d, err := startRelayd(b.cfg.relayd, startOpts{scope: mech})
+	d, err := startRelayd(bin, startOpts{scope: mech})
 	if err != nil {
 		s.skip = err.Error()
 		return s

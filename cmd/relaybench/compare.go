@@ -1,0 +1,175 @@
+package main
+
+import (
+	"fmt"
+	"time"
+)
+
+// compare is the before/after section, run when --before names an older
+// relayd binary: the figures where relayd was furthest from its targets,
+// for both binaries, taking turns in this one run (these machines are too
+// noisy for figures from two runs to compare). Each "after" row has the
+// "before" row as its baseline: below 1x is faster (or smaller) than before.
+func (b *bench) compare() {
+	before := b.cfg.before
+	sec := b.report.section("compare", "Before and after: this relayd against --before "+relaydVersion(before)+", in turns")
+	sec.note("after: %s (%s); before: %s (%s)", b.cfg.relayd, relaydVersion(b.cfg.relayd), before, relaydVersion(before))
+	b.compareRoundTrip(sec, before)
+	b.compareSettle(sec, before)
+	b.compareOutput(sec, before)
+}
+
+// compareRoundTrip: execute /bin/true over one connection, per mechanism.
+func (b *bench) compareRoundTrip(sec *section, before string) {
+	n, rounds := b.pick(1200, 200), b.pick(30, 10)
+	block := n / rounds
+	var stops []func()
+	defer func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}()
+	var list []*series
+	for _, mech := range []string{"process-group", "cgroup"} {
+		after := b.relaydSeries(mech, block, &stops)
+		old := b.relaydSeriesOf(before, mech, block, &stops)
+		old.name = "before: " + old.name
+		list = append(list, after, old)
+	}
+	logf("compare: round trip, %d rounds of %d per series", rounds, block)
+	began, budget := time.Now(), b.pickDur(60*time.Second, 20*time.Second)
+	interleave(list, rounds, func() bool { return b.cut(began, budget) })
+	for i := 0; i < len(list); i += 2 {
+		fb := sec.add(list[i+1].figure("ms"))
+		sec.add(list[i].figure("ms")).against(fb)
+	}
+}
+
+// compareSettle: trees of 1,000 members ended by timeoutMs, per mechanism,
+// before and after taking turns; the figure is the time from the deadline
+// to the reply, less the grace.
+func (b *bench) compareSettle(sec *section, before string) {
+	const n = 1000
+	reps := b.pick(3, 1)
+	for _, mech := range []string{"process-group", "cgroup"} {
+		if mech == "cgroup" && b.cgSkip != "" {
+			sec.add(skipped("settle 1,000, "+mech, "ms", b.cgSkip))
+			continue
+		}
+		type side struct {
+			name  string
+			bin   string
+			d     *daemon
+			cl    *client
+			overs []float64
+			why   string
+		}
+		sides := []*side{{name: "before: settle 1,000, " + mech, bin: before}, {name: "settle 1,000, " + mech, bin: b.cfg.relayd}}
+		for _, s := range sides {
+			d, err := startRelayd(s.bin, startOpts{scope: mech,
+				args: []string{"--term-grace", settleGrace.String(), "--teardown-timeout", "10s"}})
+			if err != nil {
+				s.why = err.Error()
+				continue
+			}
+			s.d = d
+			if s.cl, err = d.connect(); err != nil {
+				s.why = err.Error()
+			}
+		}
+		perMember := 15 * time.Millisecond
+		for rep := 0; rep < reps; rep++ {
+			for _, s := range sides {
+				if s.why != "" {
+					continue
+				}
+				for try := 0; try < 4; try++ {
+					timeout := 300*time.Millisecond + time.Duration(1.3*float64(n)*float64(perMember))
+					logf("compare: %s (deadline %s)", s.name, timeout.Round(time.Millisecond))
+					r, err := settleOnce(s.d, s.cl, n, timeout, 100+rep*10+try)
+					if err != nil {
+						s.why = "failed: " + err.Error()
+						break
+					}
+					if r.built > 0 {
+						perMember = max(r.built/n, (perMember+r.built/n)/2)
+					}
+					if r.late {
+						if r.built == 0 {
+							perMember *= 2
+						}
+						continue
+					}
+					if r.survivors > 0 {
+						s.why = fmt.Sprintf("%d survivors", r.survivors)
+					}
+					s.overs = append(s.overs, float64(r.over.Microseconds())/1e3)
+					break
+				}
+			}
+		}
+		var fb *figure
+		for _, s := range sides {
+			if s.cl != nil {
+				s.cl.close()
+			}
+			if s.d != nil {
+				b.stopDaemon(s.d, "compare, "+s.name)
+			}
+			f := measured(s.name, "ms", s.overs, false)
+			if s.why != "" || len(s.overs) == 0 {
+				f = skipped(s.name, "ms", s.why+" (no tree complete by its deadline)")
+			}
+			if fb == nil {
+				fb = sec.add(f)
+			} else {
+				sec.add(f).against(fb)
+			}
+		}
+	}
+}
+
+// compareOutput: 1 GiB to stdout in raw and carrier mode, a fresh relayd
+// of each binary per run, in turns; the rate and relayd's peak RSS.
+func (b *bench) compareOutput(sec *section, before string) {
+	reps := b.pick(3, 1)
+	for _, carrier := range []bool{false, true} {
+		mode := "raw"
+		if carrier {
+			mode = "carrier"
+		}
+		rate := map[string][]float64{}
+		rss := map[string][]float64{}
+		why := map[string]string{}
+		for rep := 0; rep < reps; rep++ {
+			for _, bin := range []string{before, b.cfg.relayd} {
+				if why[bin] != "" {
+					continue
+				}
+				logf("compare: output, %s mode, %s", mode, bin)
+				r, m, _, err := b.outputOnce(bin, carrier)
+				if err != nil {
+					why[bin] = "failed: " + err.Error()
+					continue
+				}
+				rate[bin] = append(rate[bin], r)
+				rss[bin] = append(rss[bin], m)
+			}
+		}
+		add := func(name, unit string, xs []float64, bin string, higher bool, base *figure) *figure {
+			f := measured(name, unit, xs, higher)
+			if why[bin] != "" {
+				f = skipped(name, unit, why[bin])
+			}
+			f = sec.add(f)
+			if base != nil {
+				f.against(base)
+			}
+			return f
+		}
+		fr := add("before: output, "+mode+" mode", "GB/s", rate[before], before, true, nil)
+		add("output, "+mode+" mode", "GB/s", rate[b.cfg.relayd], b.cfg.relayd, true, fr)
+		fm := add("before: peak RSS, "+mode+" mode", "MiB", rss[before], before, false, nil)
+		add("peak RSS, "+mode+" mode", "MiB", rss[b.cfg.relayd], b.cfg.relayd, false, fm)
+	}
+}
