@@ -143,6 +143,13 @@ func (s *pgScope) Signal(sig syscall.Signal) error {
 	if err != nil {
 		return err
 	}
+	return s.SignalMembers(members, sig)
+}
+
+// SignalMembers signals the members a look has just found, without looking
+// again (settling calls it with what its own look saw). Each is checked by
+// its start time, as in Signal.
+func (s *pgScope) SignalMembers(members []Member, sig syscall.Signal) error {
 	var first error
 	for _, m := range members {
 		if err := signalMember(s.t.procRoot, m, sig); err != nil && first == nil {

@@ -311,14 +311,12 @@ func (cn *conn) write(v any) {
 	if cn.lost {
 		return
 	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		cn.log.Error().Err(err).Msg("encoding a reply failed")
-		return
-	}
-	b = append(b, '\n')
 	_ = cn.c.SetWriteDeadline(time.Now().Add(cn.srv.cfg.WriteTimeout))
-	if _, err := cn.c.Write(b); err != nil {
+	if err := protocol.WriteLine(cn.c, v); err != nil {
+		if errors.Is(err, protocol.ErrEncoding) {
+			cn.log.Error().Err(err).Msg("encoding a reply failed")
+			return
+		}
 		cn.log.Warn().Err(err).Msg("write to peer failed; treating it as gone")
 		cn.lost = true
 		// Unblock the reader too: the session is over.

@@ -49,10 +49,21 @@ const (
 	pollCeil  = 20 * time.Millisecond
 )
 
+// memberSignaller is a scope that can signal the members one look found,
+// without looking again (the process-group mechanism, where a look reads
+// /proc for every member). A scope without it is signalled whole.
+type memberSignaller interface {
+	SignalMembers(members []exec.Member, sig syscall.Signal) error
+}
+
 // Settle stops every process of scope: SIGTERM, up to opts.Grace for the
 // scope to empty, then SIGKILL (again on every look, so that late forks die
 // too) until the scope is confirmed empty or opts.Deadline passes. ctx ends
 // it early (a second shutdown signal): what is confirmed by then is reported.
+//
+// SIGKILL goes out the moment the grace ends, before any further look: the
+// last look before it found the scope alive, and a look of a large
+// process-group scope takes as long as the kill itself.
 func Settle(ctx context.Context, scope Scope, opts Options) Outcome {
 	began := time.Now()
 	out := Outcome{}
@@ -66,10 +77,27 @@ func Settle(ctx context.Context, scope Scope, opts Options) Outcome {
 	if err := scope.Signal(syscall.SIGTERM); err != nil {
 		out.Err = err
 	}
-	empties := 0
+	kill := func(members []exec.Member) {
+		out.Killed = true
+		var err error
+		if ms, ok := scope.(memberSignaller); ok && members != nil {
+			err = ms.SignalMembers(members, syscall.SIGKILL)
+		} else {
+			err = scope.Signal(syscall.SIGKILL)
+		}
+		if err != nil {
+			out.Err = err
+		}
+	}
+	empties, looks := 0, 0
 	wait := pollFloor
 	for {
+		if !out.Killed && looks > 0 && empties == 0 && !time.Now().Before(graceEnd) {
+			kill(nil)
+			wait = pollFloor // SIGKILL acts at once: look again soon
+		}
 		members, err := scope.Members()
+		looks++
 		switch {
 		case err != nil:
 			out.Err = err
@@ -91,14 +119,8 @@ func Settle(ctx context.Context, scope Scope, opts Options) Outcome {
 		if !now.Before(opts.Deadline) {
 			break
 		}
-		if !now.Before(graceEnd) && empties == 0 {
-			if !out.Killed {
-				wait = pollFloor // SIGKILL acts at once: look again soon
-			}
-			out.Killed = true
-			if err := scope.Signal(syscall.SIGKILL); err != nil {
-				out.Err = err
-			}
+		if out.Killed && empties == 0 {
+			kill(members) // survivors of the kill, or late forks: what this look found
 		}
 		next := now.Add(wait)
 		if now.Before(graceEnd) && next.After(graceEnd) {

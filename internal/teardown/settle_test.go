@@ -600,3 +600,85 @@ func TestSettlePastDeadline(t *testing.T) {
 		t.Fatalf("Remaining = %v; want %v", out.Remaining, someone)
 	}
 }
+
+// eventScope records looks and signals, in order and with their times; as
+// a process-group scope does, it can signal the members a look found.
+type eventScope struct {
+	fakeScope
+	events []event
+}
+
+type event struct {
+	what    string // "look", "signal", "members"
+	sig     syscall.Signal
+	members []exec.Member
+	at      time.Time
+}
+
+func (e *eventScope) Members() ([]exec.Member, error) {
+	e.events = append(e.events, event{what: "look", at: time.Now()})
+	return e.fakeScope.Members()
+}
+
+func (e *eventScope) Signal(sig syscall.Signal) error {
+	e.events = append(e.events, event{what: "signal", sig: sig, at: time.Now()})
+	return e.fakeScope.Signal(sig)
+}
+
+func (e *eventScope) SignalMembers(members []exec.Member, sig syscall.Signal) error {
+	e.events = append(e.events, event{what: "members", sig: sig, members: members, at: time.Now()})
+	return nil
+}
+
+// SIGKILL goes out when the grace ends, with no look in between (a look of a
+// large process-group scope takes as long as the kill); survivors of it are
+// killed from what the next look found, without a second look.
+func TestSettleKillsAtGraceEndWithoutLooking(t *testing.T) {
+	others := []exec.Member{{PID: 4343, Start: 9}}
+	looks := make([]look, 0, 64)
+	for range 40 {
+		looks = append(looks, live)
+	}
+	looks = append(looks, look{members: others}, empty)
+	s := &eventScope{fakeScope: fakeScope{looks: looks}}
+	grace := 50 * time.Millisecond
+	began := time.Now()
+	out := teardown.Settle(context.Background(), s, teardown.Options{Grace: grace, Deadline: began.Add(farAhead)})
+	if !out.Confirmed || !out.Killed {
+		t.Fatalf("Settle = %+v; want confirmed after a kill", out)
+	}
+	firstKill := -1
+	for i, e := range s.events {
+		if e.sig == syscall.SIGKILL {
+			firstKill = i
+			break
+		}
+	}
+	if firstKill < 1 || s.events[firstKill].what != "signal" {
+		t.Fatalf("events %v; want a whole-scope SIGKILL after some looks", s.events)
+	}
+	if prev := s.events[firstKill-1]; prev.what != "look" || !prev.at.Before(began.Add(grace)) {
+		t.Fatalf("the event before the SIGKILL was %s at +%s; want a look before the grace ended (+%s), not after",
+			prev.what, prev.at.Sub(began), grace)
+	}
+	if at := s.events[firstKill].at.Sub(began); at < grace || at > grace+time.Second {
+		t.Fatalf("SIGKILL at +%s; want it when the grace (%s) ended", at, grace)
+	}
+	sawOthers := false
+	for i, e := range s.events[firstKill+1:] {
+		if e.what == "signal" && e.sig == syscall.SIGKILL {
+			t.Fatalf("a second whole-scope SIGKILL (event %d): survivors should be killed from the look that found them", firstKill+1+i)
+		}
+		if e.what == "members" {
+			if e.sig != syscall.SIGKILL || len(e.members) != 1 {
+				t.Fatalf("SignalMembers(%v, %v); want SIGKILL to what the look found", e.members, e.sig)
+			}
+			if e.members[0] == others[0] {
+				sawOthers = true
+			}
+		}
+	}
+	if !sawOthers {
+		t.Fatalf("events %v: the members of the look before the last were never killed", s.events)
+	}
+}
