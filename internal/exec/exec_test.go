@@ -168,8 +168,15 @@ func (p *pins) pin(pid int) {
 	}
 	self := os.Getpid()
 	q := pid
-	for i := 0; i < 16 && q != self; i++ {
+	// An ancestor may end while it is walked (the middle of a double
+	// fork): the walk then starts again from pid, now reparented.
+	for i, restarts := 0, 0; i < 16 && q != self; i++ {
 		e, ok := statOf(q)
+		if !ok && q != pid && restarts < 10 {
+			q, i = pid, -1
+			restarts++
+			continue
+		}
 		if !ok {
 			unix.Close(fd)
 			p.t.Fatalf("process %d ended before the test could pin it", pid)
