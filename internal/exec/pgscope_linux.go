@@ -1,9 +1,11 @@
 package exec
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -186,13 +188,15 @@ func (t *Tracker) lookLocked(s *pgScope) error {
 func (t *Tracker) lookAt(scopes []*pgScope) (map[int]procEntry, error) {
 	var table map[int]procEntry
 	var err error
+	var roots []int
 	if t.walk {
-		var roots []int
 		for _, s := range scopes {
 			for pid := range s.known {
 				roots = append(roots, pid)
 			}
 		}
+	}
+	if t.walk && !scanIsCheaper(t.procRoot, len(roots)) {
 		table, err = walkTable(t.procRoot, t.self, roots)
 	} else {
 		table, err = procTable(t.procRoot)
@@ -208,6 +212,32 @@ func (t *Tracker) lookAt(scopes []*pgScope) (map[int]procEntry, error) {
 		s.update(table, children)
 	}
 	return table, nil
+}
+
+// scanIsCheaper reports whether reading every process of /proc costs less
+// than following the tree from members roots: the walk reads two files per
+// member (stat and children), the scan one per process. With most of the
+// machine's processes in scopes (a large tree being settled), the scan
+// halves the cost of a look. The count of processes is bounded by the
+// count of threads in /proc/loadavg.
+func scanIsCheaper(procRoot string, members int) bool {
+	if members < 64 {
+		return false
+	}
+	b, err := readSmall(procRoot+"/loadavg", make([]byte, 128))
+	if err != nil {
+		return false
+	}
+	f := bytes.Fields(b)
+	if len(f) < 4 {
+		return false
+	}
+	_, total, ok := bytes.Cut(f[3], []byte("/"))
+	if !ok {
+		return false
+	}
+	threads, err := strconv.Atoi(string(total))
+	return err == nil && 2*members > threads
 }
 
 // attributeOrphans gives each newly adopted orphan that no scope already

@@ -9,6 +9,7 @@ package teardown
 
 import (
 	"context"
+	"sync"
 	"syscall"
 	"time"
 
@@ -61,12 +62,13 @@ type memberSignaller interface {
 // too) until the scope is confirmed empty or opts.Deadline passes. ctx ends
 // it early (a second shutdown signal): what is confirmed by then is reported.
 //
-// SIGKILL goes out the moment the grace ends, before any further look: the
-// last look before it found the scope alive, and a look of a large
-// process-group scope takes as long as the kill itself.
+// The first SIGKILL goes out the moment the grace ends, even while a look
+// is under way: a look of a large process-group scope, while hundreds of
+// members die of SIGTERM, took 300 ms, and the SIGKILL used to wait for it.
+// It goes to what the last look found; the look after it finds and kills
+// whatever came since.
 func Settle(ctx context.Context, scope Scope, opts Options) Outcome {
 	began := time.Now()
-	out := Outcome{}
 	// SIGKILL always comes before the deadline, with a fifth of the window
 	// (at most 100ms) left to see its effect, however long the grace.
 	graceEnd := began.Add(opts.Grace)
@@ -74,53 +76,73 @@ func Settle(ctx context.Context, scope Scope, opts Options) Outcome {
 	if graceEnd.After(killBy) {
 		graceEnd = killBy
 	}
-	if err := scope.Signal(syscall.SIGTERM); err != nil {
-		out.Err = err
-	}
-	kill := func(members []exec.Member) {
-		out.Killed = true
-		var err error
-		if ms, ok := scope.(memberSignaller); ok && members != nil {
-			err = ms.SignalMembers(members, syscall.SIGKILL)
+	st := &settling{scope: scope}
+	if ms, ok := scope.(memberSignaller); ok {
+		// One look, and SIGTERM to what it found.
+		members, err := scope.Members()
+		if err == nil {
+			st.note(members, len(members) > 0, true)
+			err = ms.SignalMembers(members, syscall.SIGTERM)
 		} else {
-			err = scope.Signal(syscall.SIGKILL)
+			err = scope.Signal(syscall.SIGTERM)
 		}
-		if err != nil {
-			out.Err = err
-		}
+		st.fail(err)
+	} else {
+		st.fail(scope.Signal(syscall.SIGTERM))
 	}
-	empties, looks := 0, 0
+	stop := make(chan struct{})
+	killerDone := make(chan struct{})
+	go st.killAt(graceEnd, stop, killerDone)
+	finish := func(confirmed bool) Outcome {
+		close(stop)
+		<-killerDone
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		out := st.out
+		out.Confirmed = confirmed
+		if confirmed {
+			out.Remaining = nil
+		}
+		out.Elapsed = time.Since(began)
+		return out
+	}
+
+	empties := 0
 	wait := pollFloor
 	for {
-		if !out.Killed && looks > 0 && empties == 0 && !time.Now().Before(graceEnd) {
-			kill(nil)
-			wait = pollFloor // SIGKILL acts at once: look again soon
-		}
 		members, err := scope.Members()
-		looks++
 		switch {
 		case err != nil:
-			out.Err = err
+			st.fail(err)
 			empties = 0
 		case len(members) == 0:
 			empties++
 			if empties >= 2 {
-				out.Confirmed = true
-				out.Remaining = nil
-				out.Elapsed = time.Since(began)
-				return out
+				return finish(true)
 			}
 			wait = pollFloor // the second look follows at once
 		default:
 			empties = 0
-			out.Remaining = members
+			st.mu.Lock()
+			st.out.Remaining = members
+			st.mu.Unlock()
 		}
 		now := time.Now()
 		if !now.Before(opts.Deadline) {
-			break
+			return finish(false)
 		}
-		if out.Killed && empties == 0 {
-			kill(members) // survivors of the kill, or late forks: what this look found
+		st.note(members, empties == 0)
+		if !now.Before(graceEnd) && empties == 0 {
+			if !st.killed() {
+				wait = pollFloor // SIGKILL acts at once: look again soon
+			}
+			// Survivors of the kill, late forks, or the first kill when the
+			// killer has not run yet: what this look found.
+			if err == nil {
+				st.kill(members)
+			} else {
+				st.kill(nil)
+			}
 		}
 		next := now.Add(wait)
 		if now.Before(graceEnd) && next.After(graceEnd) {
@@ -129,16 +151,97 @@ func Settle(ctx context.Context, scope Scope, opts Options) Outcome {
 		if next.After(opts.Deadline) {
 			next = opts.Deadline
 		}
-		t := time.NewTimer(time.Until(next))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			out.Elapsed = time.Since(began)
-			return out
-		case <-t.C:
+		if !sleepUntil(ctx, next) {
+			return finish(false)
 		}
 		wait = min(wait*2, pollCeil)
 	}
-	out.Elapsed = time.Since(began)
-	return out
+}
+
+// settling is the state a settlement shares with its grace-end killer.
+type settling struct {
+	scope   Scope
+	mu      sync.Mutex
+	out     Outcome       // Killed, Err and Remaining; the rest is filled in at the end
+	seen    []exec.Member // what the last look found; nil when it found nothing or failed
+	looked  bool          // a look after SIGTERM has been made and the settlement goes on
+	nonzero bool          // the last look found members, or failed
+}
+
+// note records a look: its members, and whether it found the scope alive
+// (members, or a failed look). The SIGTERM look does not arm the killer.
+func (st *settling) note(members []exec.Member, alive bool, sigterm ...bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.seen = nil
+	if len(members) > 0 {
+		st.seen = members
+	}
+	st.nonzero = alive
+	if len(sigterm) == 0 {
+		st.looked = true
+	}
+}
+
+func (st *settling) fail(err error) {
+	if err == nil {
+		return
+	}
+	st.mu.Lock()
+	st.out.Err = err
+	st.mu.Unlock()
+}
+
+func (st *settling) killed() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.out.Killed
+}
+
+// kill sends SIGKILL to members, or to the whole scope when members is nil
+// or the scope cannot signal members one by one.
+func (st *settling) kill(members []exec.Member) {
+	st.mu.Lock()
+	st.out.Killed = true
+	st.mu.Unlock()
+	var err error
+	if ms, ok := st.scope.(memberSignaller); ok && members != nil {
+		err = ms.SignalMembers(members, syscall.SIGKILL)
+	} else {
+		err = st.scope.Signal(syscall.SIGKILL)
+	}
+	st.fail(err)
+}
+
+// killAt sends the first SIGKILL when the grace ends, if the settlement has
+// looked after its SIGTERM and its last look found the scope alive. It
+// returns when stop is closed, and closes done.
+func (st *settling) killAt(graceEnd time.Time, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTimer(time.Until(graceEnd))
+	defer t.Stop()
+	select {
+	case <-stop:
+		return
+	case <-t.C:
+	}
+	st.mu.Lock()
+	armed := st.looked && st.nonzero && !st.out.Killed
+	members := st.seen
+	st.mu.Unlock()
+	if armed {
+		st.kill(members)
+	}
+}
+
+// sleepUntil waits until t, or reports false when ctx ends first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
 }

@@ -440,6 +440,7 @@ func waitEscaped(t *testing.T, pid int) {
 // produced safely for real, so the scope's looks are scripted. Each look is
 // the next of looks; the last repeats.
 type fakeScope struct {
+	mu      sync.Mutex // Settle's grace-end killer signals from its own goroutine
 	looks   []look
 	n       int
 	signals []syscall.Signal
@@ -461,6 +462,8 @@ var (
 )
 
 func (f *fakeScope) Members() ([]exec.Member, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	i := min(f.n, len(f.looks)-1)
 	f.n++
 	if f.onLook != nil {
@@ -470,6 +473,8 @@ func (f *fakeScope) Members() ([]exec.Member, error) {
 }
 
 func (f *fakeScope) Signal(sig syscall.Signal) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.signals = append(f.signals, sig)
 	return nil
 }
@@ -605,7 +610,15 @@ func TestSettlePastDeadline(t *testing.T) {
 // a process-group scope does, it can signal the members a look found.
 type eventScope struct {
 	fakeScope
+	emu    sync.Mutex
 	events []event
+}
+
+func (e *eventScope) record(ev event) {
+	e.emu.Lock()
+	defer e.emu.Unlock()
+	ev.at = time.Now()
+	e.events = append(e.events, ev)
 }
 
 type event struct {
@@ -616,23 +629,23 @@ type event struct {
 }
 
 func (e *eventScope) Members() ([]exec.Member, error) {
-	e.events = append(e.events, event{what: "look", at: time.Now()})
+	e.record(event{what: "look"})
 	return e.fakeScope.Members()
 }
 
 func (e *eventScope) Signal(sig syscall.Signal) error {
-	e.events = append(e.events, event{what: "signal", sig: sig, at: time.Now()})
+	e.record(event{what: "signal", sig: sig})
 	return e.fakeScope.Signal(sig)
 }
 
 func (e *eventScope) SignalMembers(members []exec.Member, sig syscall.Signal) error {
-	e.events = append(e.events, event{what: "members", sig: sig, members: members, at: time.Now()})
+	e.record(event{what: "members", sig: sig, members: members})
 	return nil
 }
 
-// SIGKILL goes out when the grace ends, with no look in between (a look of a
-// large process-group scope takes as long as the kill); survivors of it are
-// killed from what the next look found, without a second look.
+// SIGKILL goes out when the grace ends, to what the last look found;
+// survivors of it are killed from what the next look found, never by a
+// whole-scope signal that would look again.
 func TestSettleKillsAtGraceEndWithoutLooking(t *testing.T) {
 	others := []exec.Member{{PID: 4343, Start: 9}}
 	looks := make([]look, 0, 64)
@@ -654,12 +667,11 @@ func TestSettleKillsAtGraceEndWithoutLooking(t *testing.T) {
 			break
 		}
 	}
-	if firstKill < 1 || s.events[firstKill].what != "signal" {
-		t.Fatalf("events %v; want a whole-scope SIGKILL after some looks", s.events)
+	if firstKill < 1 {
+		t.Fatalf("events %v; want a SIGKILL after some looks", s.events)
 	}
-	if prev := s.events[firstKill-1]; prev.what != "look" || !prev.at.Before(began.Add(grace)) {
-		t.Fatalf("the event before the SIGKILL was %s at +%s; want a look before the grace ended (+%s), not after",
-			prev.what, prev.at.Sub(began), grace)
+	if k := s.events[firstKill]; k.what != "members" || len(k.members) != 1 || k.members[0] != someone[0] {
+		t.Fatalf("first SIGKILL %s to %v; want it sent to what the last look found (%v)", k.what, k.members, someone)
 	}
 	if at := s.events[firstKill].at.Sub(began); at < grace || at > grace+time.Second {
 		t.Fatalf("SIGKILL at +%s; want it when the grace (%s) ended", at, grace)
@@ -680,5 +692,71 @@ func TestSettleKillsAtGraceEndWithoutLooking(t *testing.T) {
 	}
 	if !sawOthers {
 		t.Fatalf("events %v: the members of the look before the last were never killed", s.events)
+	}
+}
+
+// gatedScope is an eventScope whose look number block blocks until gate
+// is closed.
+type gatedScope struct {
+	eventScope
+	block int
+	calls int
+	gate  chan struct{}
+}
+
+func (g *gatedScope) Members() ([]exec.Member, error) {
+	g.emu.Lock()
+	g.calls++
+	n := g.calls
+	g.emu.Unlock()
+	if n == g.block {
+		<-g.gate
+	}
+	return g.eventScope.Members()
+}
+
+func (g *gatedScope) sawKill() bool {
+	g.emu.Lock()
+	defer g.emu.Unlock()
+	for _, e := range g.events {
+		if e.sig == syscall.SIGKILL {
+			return true
+		}
+	}
+	return false
+}
+
+// The first SIGKILL goes out when the grace ends even while a look is under
+// way (a look of a large scope can take longer than the grace): here the
+// third look blocks until the test has seen the SIGKILL.
+func TestSettleKillsDuringALook(t *testing.T) {
+	g := &gatedScope{eventScope: eventScope{fakeScope: fakeScope{looks: []look{live, live, live, empty}}},
+		block: 3, gate: make(chan struct{})}
+	done := make(chan teardown.Outcome, 1)
+	go func() {
+		done <- teardown.Settle(context.Background(), g, teardown.Options{Grace: 50 * time.Millisecond, Deadline: time.Now().Add(farAhead)})
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for !g.sawKill() {
+		if time.Now().After(deadline) {
+			close(g.gate)
+			t.Fatalf("no SIGKILL while a look was under way past the grace; events %v", g.events)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(g.gate)
+	out := <-done
+	if !out.Confirmed || !out.Killed {
+		t.Fatalf("Settle = %+v; want confirmed after a kill", out)
+	}
+	g.emu.Lock()
+	defer g.emu.Unlock()
+	for _, e := range g.events {
+		if e.sig == syscall.SIGKILL {
+			if e.what != "members" || len(e.members) != 1 || e.members[0] != someone[0] {
+				t.Fatalf("first SIGKILL %s %v; want it to what the last look found, %v", e.what, e.members, someone)
+			}
+			break
+		}
 	}
 }
