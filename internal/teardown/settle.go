@@ -109,6 +109,7 @@ func Settle(ctx context.Context, scope Scope, opts Options) Outcome {
 
 	empties := 0
 	wait := pollFloor
+	pastGrace := false
 	for {
 		members, err := scope.Members()
 		switch {
@@ -132,10 +133,13 @@ func Settle(ctx context.Context, scope Scope, opts Options) Outcome {
 			return finish(false)
 		}
 		st.note(members, empties == 0)
+		if !now.Before(graceEnd) && !pastGrace {
+			// SIGKILL (from the killer, or just below) acts at once: look
+			// again soon.
+			pastGrace = true
+			wait = pollFloor
+		}
 		if !now.Before(graceEnd) && empties == 0 {
-			if !st.killed() {
-				wait = pollFloor // SIGKILL acts at once: look again soon
-			}
 			// Survivors of the kill, late forks, or the first kill when the
 			// killer has not run yet: what this look found.
 			if err == nil {
@@ -190,12 +194,6 @@ func (st *settling) fail(err error) {
 	st.mu.Lock()
 	st.out.Err = err
 	st.mu.Unlock()
-}
-
-func (st *settling) killed() bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.out.Killed
 }
 
 // kill sends SIGKILL to members, or to the whole scope when members is nil
