@@ -190,3 +190,58 @@ func TestCarrierResultWhileWriting(t *testing.T) {
 		t.Errorf("Result: got %+v; want %s with 6000 bytes", diag, DiagMissing)
 	}
 }
+
+// An oversize carrier's digest is the SHA-256 of every byte, written in
+// pieces of every size around the limit, with Result asked midway as well
+// as at the end.
+func TestCarrierOversizeDigest(t *testing.T) {
+	data := make([]byte, 3*CarrierLimit+12345)
+	for i := range data {
+		data[i] = byte(i*7 + i/251)
+	}
+	for _, piece := range []int{7, 1000, CarrierLimit - 1, CarrierLimit, CarrierLimit + 1, 100000, len(data)} {
+		{
+			c := NewCarrier()
+			written := 0
+			for written < len(data) {
+				end := min(written+piece, len(data))
+				c.Write(data[written:end])
+				written = end
+				if written > CarrierLimit && written < 2*CarrierLimit+piece && written-piece <= 2*CarrierLimit {
+					// midway: the digest of what was written so far
+					_, d := c.Result("tok")
+					if want := sha256.Sum256(data[:written]); d.SHA256 != hex.EncodeToString(want[:]) || d.Bytes != int64(written) {
+						t.Fatalf("piece %d: midway Result %+v; want %d bytes with their SHA-256", piece, d, written)
+					}
+				}
+			}
+			_, d := c.Result("tok")
+			want := sha256.Sum256(data)
+			if d.Category != DiagOversize || d.Bytes != int64(len(data)) || d.SHA256 != hex.EncodeToString(want[:]) {
+				t.Fatalf("piece %d: Result %+v; want oversize with %d bytes and their SHA-256", piece, d, len(data))
+			}
+		}
+	}
+}
+
+// Writes and Results from two goroutines (run with -race).
+func TestCarrierConcurrentResult(t *testing.T) {
+	c := NewCarrier()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p := bytes.Repeat([]byte("x"), 4096)
+		for i := 0; i < 200; i++ {
+			c.Write(p)
+		}
+	}()
+	for i := 0; i < 50; i++ {
+		c.Result("tok")
+	}
+	<-done
+	_, d := c.Result("tok")
+	want := sha256.Sum256(bytes.Repeat([]byte("x"), 200*4096))
+	if d.SHA256 != hex.EncodeToString(want[:]) {
+		t.Fatalf("digest %s; want %x", d.SHA256, want)
+	}
+}
