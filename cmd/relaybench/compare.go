@@ -37,12 +37,34 @@ func (b *bench) compareRoundTrip(sec *section, before string) {
 		list = append(list, after, old)
 	}
 	logf("compare: round trip, %d rounds of %d per series", rounds, block)
+	cpu0 := map[*series]time.Duration{}
+	for _, s := range list {
+		if s.pid > 0 {
+			cpu0[s], _ = cpuTime(s.pid)
+		}
+	}
 	began, budget := time.Now(), b.pickDur(60*time.Second, 20*time.Second)
 	interleave(list, rounds, func() bool { return b.cut(began, budget) })
+	// CPU per execute: relayd's own time (all threads, not its subjects')
+	// over the executes it served, warm-up included. It is steadier than
+	// the latency on a shared machine.
+	cpu := map[*series]*figure{}
+	for _, s := range list {
+		c1, err := cpuTime(s.pid)
+		if s.pid == 0 || err != nil || len(s.samples) == 0 {
+			cpu[s] = skipped(s.name+", CPU per execute", "ms", "no CPU time")
+			continue
+		}
+		per := float64((c1 - cpu0[s]).Microseconds()) / 1e3 / float64(len(s.samples)+s.warm)
+		cpu[s] = measured(s.name+", CPU per execute", "ms", []float64{per}, false)
+	}
 	for i := 0; i < len(list); i += 2 {
 		fb := sec.add(list[i+1].figure("ms"))
 		sec.add(list[i].figure("ms")).against(fb)
+		cb := sec.add(cpu[list[i+1]])
+		sec.add(cpu[list[i]]).against(cb)
 	}
+	sec.note("CPU per execute: relayd's user and system time (/proc/PID/stat, all threads, not its subjects) over the executes it served, in 10 ms ticks; one figure per relayd")
 }
 
 // compareSettle: trees of 1,000 members ended by timeoutMs, per mechanism,

@@ -11,6 +11,7 @@ type series struct {
 	warm    int // ops before timing
 	samples []float64
 	skip    string // why it does not run
+	pid     int    // the relayd serving it, if any
 }
 
 // interleave times every series in turns of block ops until rounds rounds
@@ -139,6 +140,7 @@ func (b *bench) relaydSeriesOf(bin, mech string, block int, stops *[]func()) *se
 		return s
 	}
 	*stops = append(*stops, func() { b.stopDaemon(d, "round trip, "+mech) })
+	s.pid = d.pid
 	cl, err := d.connect()
 	if err != nil {
 		s.skip = err.Error()
