@@ -702,6 +702,34 @@ func TestStdinIsDevNull(t *testing.T) {
 	}
 }
 
+// stderr is /dev/null when no copy is kept (its bytes would be dropped),
+// and a drained pipe into the copy when one is.
+func TestStderrTarget(t *testing.T) {
+	p := newPins(t)
+	out := newBuffer()
+	s := startSh(t, p, nil, `readlink /proc/self/fd/2; head -c 300000 /dev/zero >&2; echo done`, Spec{Stdout: out})
+	if st := waitExit(t, s); st.ExitCode() != 0 {
+		t.Fatalf("status %+v", st)
+	}
+	s.CutStdout(10 * time.Second)
+	if got := out.String(); got != "/dev/null\ndone\n" {
+		t.Fatalf("stdout %q; want stderr on /dev/null and the writes to it not blocking", got)
+	}
+	out, errCopy := newBuffer(), newBuffer()
+	s = startSh(t, p, nil, `readlink /proc/self/fd/2; head -c 300000 /dev/zero >&2; echo done`, Spec{Stdout: out, StderrCopy: errCopy})
+	if st := waitExit(t, s); st.ExitCode() != 0 {
+		t.Fatalf("status %+v", st)
+	}
+	s.CutStdout(10 * time.Second)
+	waitClosed(t, errCopy.closed, "the stderr copy")
+	if got := out.String(); !strings.HasPrefix(got, "pipe:[") || !strings.HasSuffix(got, "\ndone\n") {
+		t.Fatalf("stdout %q; want stderr on a pipe when a copy is kept", got)
+	}
+	if n := len(errCopy.String()); n != 300000 {
+		t.Fatalf("the stderr copy has %d bytes; want 300000", n)
+	}
+}
+
 // openFDs counts the test process's open descriptors.
 func openFDs(t *testing.T) int {
 	t.Helper()

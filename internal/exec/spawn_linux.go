@@ -34,7 +34,7 @@ type Subject struct {
 	Started time.Time
 	exited  <-chan Status
 	stdout  *drain
-	stderr  *drain
+	stderr  *drain // nil when stderr is /dev/null
 }
 
 // Exited receives the subject's status once, when the reaper collects it.
@@ -52,7 +52,9 @@ func (s *Subject) OutputClosed() <-chan struct{} {
 	ch := make(chan struct{})
 	go func() {
 		<-s.stdout.eof
-		<-s.stderr.eof
+		if s.stderr != nil {
+			<-s.stderr.eof
+		}
 		close(ch)
 	}()
 	return ch
@@ -67,8 +69,11 @@ type SpawnError struct {
 func (e *SpawnError) Error() string { return fmt.Sprintf("exec: %s: %v", e.Stage, e.Err) }
 func (e *SpawnError) Unwrap() error { return e.Err }
 
-// Start starts spec in scope: in a new session, with stdin /dev/null and
-// stdout and stderr on pipes that are drained at once.
+// Start starts spec in scope: in a new session, with stdin /dev/null,
+// stdout on a pipe that is drained at once, and stderr on a pipe that is
+// drained into spec.StderrCopy, or, when there is no copy to make, on
+// /dev/null: the bytes are dropped either way, and a pipe, its drain and
+// its poller registration cost the round trip of every execute.
 func Start(r *Reaper, scope Scope, spec Spec) (*Subject, error) {
 	devnull, err := devNull()
 	if err != nil {
@@ -78,49 +83,75 @@ func Start(r *Reaper, scope Scope, spec Spec) (*Subject, error) {
 	if err != nil {
 		return nil, &SpawnError{Err: err, Stage: "stdout pipe"}
 	}
-	errR, errW, err := pipe(0)
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return nil, &SpawnError{Err: err, Stage: "stderr pipe"}
+	toClose := []*os.File{outR, outW}
+	closeAll := func() {
+		for _, f := range toClose {
+			f.Close()
+		}
+	}
+	stderr := devnull.w
+	var errR, errW *os.File
+	if spec.StderrCopy != nil {
+		if errR, errW, err = pipe(0); err != nil {
+			closeAll()
+			return nil, &SpawnError{Err: err, Stage: "stderr pipe"}
+		}
+		toClose = append(toClose, errR, errW)
+		stderr = errW.Fd()
 	}
 	sys := &syscall.SysProcAttr{Credential: spec.Credential}
 	if err := scope.prepare(sys); err != nil {
-		for _, f := range []*os.File{outR, outW, errR, errW} {
-			f.Close()
-		}
+		closeAll()
 		return nil, &SpawnError{Err: fmt.Errorf("%w: %v", ErrScopeUnavailable, err), Stage: "scope"}
 	}
 	attr := &syscall.ProcAttr{
 		Dir:   spec.Dir,
 		Env:   spec.Env,
-		Files: []uintptr{devnull, outW.Fd(), errW.Fd()},
+		Files: []uintptr{devnull.r, outW.Fd(), stderr},
 		Sys:   sys,
 	}
 	pid, exited, err := r.ForkExec(spec.Path, spec.Argv, attr)
 	outW.Close()
-	errW.Close()
+	if errW != nil {
+		errW.Close()
+	}
 	if err != nil {
 		outR.Close()
-		errR.Close()
+		if errR != nil {
+			errR.Close()
+		}
 		return nil, &SpawnError{Err: errors.Unwrap(err), Stage: "exec"}
 	}
 	scope.started(pid)
-	return &Subject{
+	subj := &Subject{
 		PID:     pid,
 		Scope:   scope,
 		Started: time.Now(),
 		exited:  exited,
 		stdout:  newDrain(outR, spec.Stdout, spec.StdoutCopy),
-		stderr:  newDrain(errR, nil, spec.StderrCopy),
-	}, nil
+	}
+	if errR != nil {
+		subj.stderr = newDrain(errR, nil, spec.StderrCopy)
+	}
+	return subj, nil
 }
 
-// devNull is the descriptor every subject gets as stdin: /dev/null, opened
-// once for the life of the process (close-on-exec; the child gets a dup).
-var devNull = sync.OnceValues(func() (uintptr, error) {
-	fd, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	return uintptr(fd), err
+// nullFDs are /dev/null for reading (every subject's stdin) and for writing
+// (stderr when nothing keeps it), opened once for the life of the process
+// (close-on-exec; the child gets dups).
+type nullFDs struct{ r, w uintptr }
+
+var devNull = sync.OnceValues(func() (nullFDs, error) {
+	r, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nullFDs{}, err
+	}
+	w, err := unix.Open(os.DevNull, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(r)
+		return nullFDs{}, err
+	}
+	return nullFDs{uintptr(r), uintptr(w)}, nil
 })
 
 // stdoutPipeBytes is the capacity asked for the stdout pipe: with 1 MiB
