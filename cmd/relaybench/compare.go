@@ -99,27 +99,22 @@ func (b *bench) compareSettle(sec *section, before string) {
 				s.why = err.Error()
 			}
 		}
-		perMember := 15 * time.Millisecond
+		tt := newTreeTimer()
 		for rep := 0; rep < reps; rep++ {
 			for _, s := range sides {
 				if s.why != "" {
 					continue
 				}
 				for try := 0; try < 4; try++ {
-					timeout := 300*time.Millisecond + time.Duration(1.3*float64(n)*float64(perMember))
+					timeout := tt.timeout(n)
 					logf("compare: %s (deadline %s)", s.name, timeout.Round(time.Millisecond))
 					r, err := settleOnce(s.d, s.cl, n, timeout, 100+rep*10+try)
 					if err != nil {
 						s.why = "failed: " + err.Error()
 						break
 					}
-					if r.built > 0 {
-						perMember = max(r.built/n, (perMember+r.built/n)/2)
-					}
+					tt.learn(n, r)
 					if r.late {
-						if r.built == 0 {
-							perMember *= 2
-						}
 						continue
 					}
 					if r.survivors > 0 {
@@ -139,8 +134,11 @@ func (b *bench) compareSettle(sec *section, before string) {
 				b.stopDaemon(s.d, "compare, "+s.name)
 			}
 			f := measured(s.name, "ms", s.overs, false)
-			if s.why != "" || len(s.overs) == 0 {
-				f = skipped(s.name, "ms", s.why+" (no tree complete by its deadline)")
+			switch {
+			case s.why != "":
+				f = skipped(s.name, "ms", s.why)
+			case len(s.overs) == 0:
+				f = skipped(s.name, "ms", "no tree was complete by its deadline in 4 tries")
 			}
 			if fb == nil {
 				fb = sec.add(f)

@@ -117,6 +117,29 @@ func (b *bench) settle() {
 	}
 }
 
+// treeTimer sets each tree's deadline from how long members took to start
+// in the trees before, so that a tree is complete before its deadline.
+type treeTimer struct{ perMember time.Duration }
+
+func newTreeTimer() *treeTimer { return &treeTimer{perMember: 15 * time.Millisecond} }
+
+// timeout is the timeoutMs to give a tree of n members.
+func (tt *treeTimer) timeout(n int) time.Duration {
+	return 300*time.Millisecond + time.Duration(1.3*float64(n)*float64(tt.perMember))
+}
+
+// learn takes the build time of a tree of n members into the estimate; a
+// tree not complete by its deadline with no build time doubles it.
+func (tt *treeTimer) learn(n int, r settleRun) {
+	if r.built > 0 {
+		per := r.built / time.Duration(n)
+		tt.perMember = max(per, (tt.perMember+per)/2)
+	}
+	if r.late && r.built == 0 {
+		tt.perMember *= 2
+	}
+}
+
 // treeResults are the figures of one way of settling trees.
 type treeResults struct {
 	figures   map[int]*figure
@@ -131,7 +154,7 @@ func (b *bench) trees(label string, sizes []int, reps map[int]int, budget time.D
 	once func(n int, timeout time.Duration, rep int) (settleRun, error)) treeResults {
 	res := treeResults{figures: map[int]*figure{}, survivors: []float64{}}
 	began := time.Now()
-	perMember := 15 * time.Millisecond // how long a member takes to start; learnt as trees are built
+	tt := newTreeTimer()
 	for _, n := range sizes {
 		name := fmt.Sprintf("%s, %s members", label, commas(n))
 		var overs, builds []float64
@@ -142,20 +165,15 @@ func (b *bench) trees(label string, sizes []int, reps map[int]int, budget time.D
 				b.report.note("settle, %s, %s members: %d of %d repetitions within the time budget", label, commas(n), len(overs), reps[n])
 				break
 			}
-			timeout := 300*time.Millisecond + time.Duration(1.3*float64(n)*float64(perMember))
+			timeout := tt.timeout(n)
 			logf("settle: %s, %d members (deadline %s)", label, n, timeout.Round(time.Millisecond))
 			r, err := once(n, timeout, rep)
 			if err != nil {
 				why = "failed: " + err.Error()
 				break
 			}
-			if r.built > 0 {
-				perMember = max(r.built/time.Duration(n), (perMember+r.built/time.Duration(n))/2)
-			}
+			tt.learn(n, r)
 			if r.late {
-				if r.built == 0 {
-					perMember *= 2
-				}
 				if retries++; retries > 3 {
 					why = "the tree was not complete by its deadline in 4 tries"
 					break

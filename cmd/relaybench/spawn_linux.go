@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/relayd/relayd/internal/env"
 )
 
 // The baselines: what relayd cannot beat. A bare spawn is fork, exec of
@@ -66,15 +67,14 @@ type cgroupBase struct {
 	n   atomic.Uint64
 }
 
-// newCgroupBase finds this process's cgroup v2 directory (the cgroup2 mount
-// from /proc/self/mountinfo, the cgroup from /proc/self/cgroup) and makes
-// the base in it.
+// newCgroupBase finds this process's cgroup v2 directory the way relayd
+// does (env.FindCgroup2) and makes the base in it.
 func newCgroupBase() (*cgroupBase, error) {
-	own, err := ownCgroup2()
+	own, err := env.FindCgroup2("")
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(own, "relaybench-"+strconv.Itoa(os.Getpid()))
+	dir := filepath.Join(own.Base, "relaybench-"+strconv.Itoa(os.Getpid()))
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, fmt.Errorf("cannot make a cgroup for bare spawns: %w", err)
 	}
@@ -127,68 +127,6 @@ func removeLeaf(dir string) error {
 
 func (b *cgroupBase) close() {
 	_ = removeLeaf(b.dir)
-}
-
-// ownCgroup2 is this process's cgroup as a directory of a cgroup2 mount:
-// /sys/fs/cgroup when that is cgroup2, else another cgroup2 mount (the hybrid
-// layout's /sys/fs/cgroup/unified).
-func ownCgroup2() (string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	var point, root string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// id parent major:minor root mountpoint options [optional...] - fstype source superoptions
-		fields := strings.Fields(sc.Text())
-		for i, x := range fields {
-			if x == "-" && i >= 5 && i+1 < len(fields) && fields[i+1] == "cgroup2" {
-				if point == "" || fields[4] == "/sys/fs/cgroup" {
-					point, root = unescape(fields[4]), unescape(fields[3])
-				}
-				break
-			}
-		}
-	}
-	if point == "" {
-		return "", errors.New("no cgroup2 mount in /proc/self/mountinfo")
-	}
-	b, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return "", err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if p, ok := strings.CutPrefix(line, "0::"); ok {
-			rel, ok := strings.CutPrefix(p, root)
-			if !ok {
-				return "", fmt.Errorf("this process's cgroup %s is outside the part %s mounted at %s", p, root, point)
-			}
-			return filepath.Join(point, rel), nil
-		}
-	}
-	return "", errors.New("/proc/self/cgroup has no cgroup v2 line")
-}
-
-// unescape undoes mountinfo's octal escapes (\040 for a space).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // procState is the state letter of /proc/PID/stat, or 0 when pid is gone.

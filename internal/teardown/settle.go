@@ -81,7 +81,6 @@ func Settle(ctx context.Context, scope Scope, opts Options) Outcome {
 		// One look, and SIGTERM to what it found.
 		members, err := scope.Members()
 		if err == nil {
-			st.note(members, len(members) > 0, true)
 			err = ms.SignalMembers(members, syscall.SIGTERM)
 		} else {
 			err = scope.Signal(syscall.SIGTERM)
@@ -172,9 +171,9 @@ type settling struct {
 	nonzero bool          // the last look found members, or failed
 }
 
-// note records a look: its members, and whether it found the scope alive
-// (members, or a failed look). The SIGTERM look does not arm the killer.
-func (st *settling) note(members []exec.Member, alive bool, sigterm ...bool) {
+// note records a look of the settlement loop, which arms the killer: its
+// members, and whether it found the scope alive (members, or a failed look).
+func (st *settling) note(members []exec.Member, alive bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.seen = nil
@@ -182,9 +181,7 @@ func (st *settling) note(members []exec.Member, alive bool, sigterm ...bool) {
 		st.seen = members
 	}
 	st.nonzero = alive
-	if len(sigterm) == 0 {
-		st.looked = true
-	}
+	st.looked = true
 }
 
 func (st *settling) fail(err error) {
