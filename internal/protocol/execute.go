@@ -12,6 +12,10 @@ import (
 // resultToken. A request may not set it itself.
 const resultTokenVar = "MAKA_EVAL_RESULT_TOKEN"
 
+// reservedPrefix starts the names of relayd's own configuration variables,
+// which a controller may not set for a subject (section 4.2).
+const reservedPrefix = "RELAYD_"
+
 // maxTimeoutMs is the largest accepted timeoutMs: the longest time.Duration,
 // in whole milliseconds.
 const maxTimeoutMs = 9223372036854
@@ -181,6 +185,9 @@ func (m *Message) variables(name string, other map[string]string) (map[string]st
 		}
 		if n == resultTokenVar {
 			return nil, badExecute(`%q must not set %s: relayd sets it from "resultToken"`, name, resultTokenVar)
+		}
+		if strings.HasPrefix(n, reservedPrefix) {
+			return nil, badExecute(`%q must not set %s: names starting with %s are relayd's own configuration`, name, n, reservedPrefix)
 		}
 		if _, shared := other[n]; shared {
 			return nil, badExecute(`"environment" and %q both set %s`, name, n)

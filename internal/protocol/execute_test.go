@@ -186,6 +186,12 @@ func TestExecuteInvalid(t *testing.T) {
 		{"credentials value NUL", `{"command":"x","credentials":{"KEY":"sk-\u0000"}}`, `execute: "credentials" value of KEY holds a NUL byte`},
 		{"credentials reserved", `{"command":"x","credentials":{"MAKA_EVAL_RESULT_TOKEN":"t"}}`,
 			`execute: "credentials" must not set MAKA_EVAL_RESULT_TOKEN: relayd sets it from "resultToken"`},
+		{"environment RELAYD_", `{"command":"x","environment":{"RELAYD_TOKEN":"t"}}`,
+			`execute: "environment" must not set RELAYD_TOKEN: names starting with RELAYD_ are relayd's own configuration`},
+		{"credentials RELAYD_", `{"command":"x","credentials":{"RELAYD_TERM_GRACE":"1h"}}`,
+			`execute: "credentials" must not set RELAYD_TERM_GRACE: names starting with RELAYD_ are relayd's own configuration`},
+		{"bare RELAYD_", `{"command":"x","environment":{"RELAYD_":"t"}}`,
+			`execute: "environment" must not set RELAYD_: names starting with RELAYD_ are relayd's own configuration`},
 		{"shared name", `{"command":"x","environment":{"OPENAI_API_KEY":"a"},"credentials":{"OPENAI_API_KEY":"sk-secret"}}`,
 			`execute: "environment" and "credentials" both set OPENAI_API_KEY`},
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"unicode/utf8"
 )
 
@@ -69,16 +70,59 @@ func Decode(line []byte) (*Message, *Error) {
 	m := &Message{fields: fields}
 	m.Kind, _ = m.stringField("kind")
 	m.Token, m.HasToken = m.stringField("token")
-	if raw, ok := fields["id"]; ok {
-		switch jsonKind(raw) {
-		case kindString, kindNumber:
-			m.ID = bytes.TrimSpace(raw)
-		case kindNull:
-		default:
-			return m, newError(CatBadRequest, `"id" must be a string or a number`)
+	if raw, ok := fields["id"]; ok && jsonKind(raw) != kindNull {
+		id, err := checkID(raw)
+		if err != nil {
+			return m, err
 		}
+		m.ID = id
 	}
 	return m, nil
+}
+
+// MaxIDBytes bounds a string "id"; MaxIDInteger bounds an integer one, so
+// that every controller language decodes it exactly (section 4).
+const (
+	MaxIDBytes   = 256
+	MaxIDInteger = 1<<53 - 1
+)
+
+// checkID returns the raw JSON of a valid "id", to echo: a string of at most
+// MaxIDBytes bytes, or an integer written without fraction or exponent
+// within ±MaxIDInteger.
+func checkID(raw json.RawMessage) (json.RawMessage, *Error) {
+	raw = bytes.TrimSpace(raw)
+	switch jsonKind(raw) {
+	case kindString:
+		s, ok := decodeString(raw)
+		if !ok || len(s) > MaxIDBytes {
+			return nil, newError(CatBadRequest, `"id" string is longer than %d bytes`, MaxIDBytes)
+		}
+		return raw, nil
+	case kindNumber:
+		digits := raw
+		if digits[0] == '-' {
+			digits = digits[1:]
+		}
+		if len(digits) == 0 || len(digits) > 16 || !allDigits(digits) {
+			return nil, newError(CatBadRequest, `"id" number must be an integer from -%d to %d, without fraction or exponent`, MaxIDInteger, MaxIDInteger)
+		}
+		n, err := strconv.ParseInt(string(digits), 10, 64)
+		if err != nil || n > MaxIDInteger {
+			return nil, newError(CatBadRequest, `"id" number must be an integer from -%d to %d, without fraction or exponent`, MaxIDInteger, MaxIDInteger)
+		}
+		return raw, nil
+	}
+	return nil, newError(CatBadRequest, `"id" must be a string or an integer`)
+}
+
+func allDigits(b []byte) bool {
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // stringField returns the value of the top-level field name and true when

@@ -23,7 +23,18 @@ func TestDecode(t *testing.T) {
 		{name: "empty object", line: `{}`},
 		{name: "number id", line: `{"kind":"execute","id":7}`, wantKind: "execute", wantID: `7`},
 		{name: "string id", line: `{"kind":"execute","id":"a-1"}`, wantKind: "execute", wantID: `"a-1"`},
-		{name: "huge number id echoed", line: `{"id":1e400}`, wantID: `1e400`},
+		{name: "largest ids", line: `{"id":9007199254740991}`, wantID: `9007199254740991`},
+		{name: "smallest id", line: `{"id":-9007199254740991}`, wantID: `-9007199254740991`},
+		{name: "minus zero id", line: `{"id":-0}`, wantID: `-0`},
+		{name: "256-byte string id", line: `{"id":"` + strings.Repeat("é", 128) + `"}`, wantID: `"` + strings.Repeat("é", 128) + `"`},
+		{name: "id with exponent", line: `{"token":"T","id":1e400}`, wantToken: "T", wantHasToken: true, wantCat: CatBadRequest, wantMsgPart: "without fraction or exponent"},
+		{name: "id with small exponent", line: `{"id":1e3}`, wantCat: CatBadRequest, wantMsgPart: "without fraction or exponent"},
+		{name: "id with fraction", line: `{"id":1.5}`, wantCat: CatBadRequest, wantMsgPart: "without fraction or exponent"},
+		{name: "id past 2^53-1", line: `{"id":9007199254740992}`, wantCat: CatBadRequest, wantMsgPart: "from -9007199254740991 to 9007199254740991"},
+		{name: "id below -(2^53-1)", line: `{"id":-9007199254740993}`, wantCat: CatBadRequest, wantMsgPart: "from -9007199254740991"},
+		{name: "id of 20 digits", line: `{"id":12345678901234567890}`, wantCat: CatBadRequest, wantMsgPart: "integer"},
+		{name: "257-byte string id", line: `{"id":"` + strings.Repeat("x", 257) + `"}`, wantCat: CatBadRequest, wantMsg: `"id" string is longer than 256 bytes`},
+		{name: "escaped string id counted decoded", line: `{"id":"` + strings.Repeat(`\u0041`, 256) + `"}`, wantID: `"` + strings.Repeat(`\u0041`, 256) + `"`},
 		{name: "null id is absent", line: `{"kind":"ready","id":null}`, wantKind: "ready"},
 		{name: "token not a string", line: `{"token":5,"kind":"ready"}`, wantKind: "ready"},
 		{name: "empty token is present", line: `{"token":"","kind":"ready"}`, wantKind: "ready", wantHasToken: true},
@@ -34,9 +45,9 @@ func TestDecode(t *testing.T) {
 		{name: "escaped strings", line: `{"kind":"re\u0061dy","token":"a\"b"}`, wantKind: "ready", wantToken: `a"b`, wantHasToken: true},
 
 		{name: "bad id object", line: `{"token":"T","kind":"execute","id":{}}`, wantKind: "execute", wantToken: "T", wantHasToken: true,
-			wantCat: CatBadRequest, wantMsg: `"id" must be a string or a number`},
-		{name: "bad id array", line: `{"kind":"ready","id":[7]}`, wantKind: "ready", wantCat: CatBadRequest, wantMsg: `"id" must be a string or a number`},
-		{name: "bad id bool", line: `{"id":true,"token":"T"}`, wantToken: "T", wantHasToken: true, wantCat: CatBadRequest, wantMsg: `"id" must be a string or a number`},
+			wantCat: CatBadRequest, wantMsg: `"id" must be a string or an integer`},
+		{name: "bad id array", line: `{"kind":"ready","id":[7]}`, wantKind: "ready", wantCat: CatBadRequest, wantMsg: `"id" must be a string or an integer`},
+		{name: "bad id bool", line: `{"id":true,"token":"T"}`, wantToken: "T", wantHasToken: true, wantCat: CatBadRequest, wantMsg: `"id" must be a string or an integer`},
 
 		{name: "not JSON", line: `hello`, wantCat: CatBadJSON, wantMsg: `message is not JSON: invalid character 'h' looking for beginning of value`},
 		{name: "empty line", line: ``, wantCat: CatBadJSON, wantMsgPart: "message is not JSON"},
@@ -99,7 +110,7 @@ func TestDecode(t *testing.T) {
 }
 
 func TestDecodedIDEchoes(t *testing.T) {
-	for _, id := range []string{`7`, `-1.5e3`, `"x\u00e9\n"`, `1e400`} {
+	for _, id := range []string{`7`, `-15`, `"x\u00e9\n"`, `9007199254740991`} {
 		m, e := Decode([]byte(`{"kind":"ready","id":` + id + `}`))
 		if e != nil {
 			t.Fatalf("Decode with id %s: got error %v; want none", id, e)
