@@ -76,12 +76,18 @@ func TestNetcatSession(t *testing.T) {
 // dialOut is a controller that listens, as the Maka harness does.
 func dialOut(t *testing.T, extra ...string) (*daemon, *client) {
 	t.Helper()
+	return dialOutWith(t, opts{}, extra...)
+}
+
+// dialOutWith is dialOut for a relayd started with o.
+func dialOutWith(t *testing.T, o opts, extra ...string) (*daemon, *client) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	d := prepare(t, opts{})
+	d := prepare(t, o)
 	args := d.cmd.Args[1:]
 	for i, a := range args {
 		if a == "--listen" {
@@ -140,8 +146,8 @@ func TestDialOut(t *testing.T) {
 		c.send(msg{"kind": "execute", "command": "/bin/sh", "args": []string{"-c", "echo $$ > " + q(pidf) + "; exec sleep 300"}})
 		pid := waitPid(t, pidf)
 		c.c.Close()
-		if code := d.wait(10 * time.Second); code == 0 {
-			t.Fatal("dial-out relayd exited 0 without verify")
+		if code := d.wait(10 * time.Second); code != 3 {
+			t.Fatalf("dial-out relayd exited %d without verify; want 3 (every settlement confirmed)", code)
 		}
 		if alive(pid) {
 			t.Fatal("the subject outlived the dial-out session")
@@ -155,8 +161,8 @@ func TestDialOut(t *testing.T) {
 		cmd := exec.Command(d.cmd.Path, "--connect", addr, "--connect-timeout", "300ms", "--token-file", d.cmd.Args[4])
 		cmd.Env = cleanEnv()
 		out, err := cmd.CombinedOutput()
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
-			t.Fatalf("exit %v; want 1 when no controller answers: %s", err, out)
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+			t.Fatalf("exit %v; want 2 when no controller answers: %s", err, out)
 		}
 	})
 }

@@ -30,11 +30,13 @@ import (
 // version is stamped by the build (make build).
 var version = "0.1.0-dev"
 
-// Exit statuses.
+// Exit statuses, protocol section 2: what the supervisor may do with the
+// environment.
 const (
-	exitOK          = 0
-	exitUnconfirmed = 1 // a settlement lacked evidence, or dial-out ended without verify
-	exitUsage       = 2 // a bad flag or configuration: relayd did not start
+	exitOK          = 0 // every settlement confirmed; listen: shut down by a signal; dial-out: ended after verify
+	exitUnconfirmed = 1 // some settlement lacked evidence (destroyed or failed): discard the environment
+	exitUsage       = 2 // refused to start, or dial-out never reached the controller: nothing ran
+	exitUnverified  = 3 // dial-out: the session ended without verify, every settlement confirmed
 )
 
 // exitError carries an exit status to main.
@@ -209,13 +211,13 @@ func dialOut(ctx context.Context, o options, srv *session.Server, log zerolog.Lo
 			break
 		}
 		if time.Now().Add(backoff).After(deadline) {
-			return &exitError{exitUnconfirmed, fmt.Errorf("--connect %s: no controller answered within %s: %v", o.connect, o.connectTimeout, err)}
+			return &exitError{exitUsage, fmt.Errorf("--connect %s: no controller answered within %s: %v", o.connect, o.connectTimeout, err)}
 		}
 		log.Debug().Err(err).Dur("retryIn", backoff).Msg("controller not reachable yet")
 		select {
 		case <-time.After(backoff):
 		case <-stopped:
-			return &exitError{exitUnconfirmed, errors.New("shut down before reaching the controller")}
+			return &exitError{exitUsage, errors.New("shut down before reaching the controller: nothing ran")}
 		}
 		backoff = min(backoff*2, 2*time.Second)
 	}
@@ -226,8 +228,8 @@ func dialOut(ctx context.Context, o options, srv *session.Server, log zerolog.Lo
 		log.Error().Msg("exiting: some settlement could not be confirmed")
 		return &exitError{code: exitUnconfirmed}
 	case !verified:
-		log.Warn().Msg("exiting: the session ended before verify")
-		return &exitError{code: exitUnconfirmed}
+		log.Warn().Msg("exiting: the session ended before verify; every settlement confirmed")
+		return &exitError{code: exitUnverified}
 	}
 	log.Info().Msg("exiting: session verified")
 	return nil

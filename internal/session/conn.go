@@ -125,14 +125,28 @@ func (cn *conn) peerEnded(err error) string {
 		cn.lost = true
 		return cn.finish("line too long")
 	}
-	cn.lost = true
 	if errors.Is(err, io.EOF) {
-		return cn.finish("peer closed")
+		return cn.streamEnded()
 	}
+	cn.lost = true
 	if errors.Is(err, os.ErrDeadlineExceeded) && !cn.authed {
 		return cn.finish("no authenticated message within --auth-timeout")
 	}
 	return cn.finish("read failed")
+}
+
+// streamEnded handles the end of the peer's stream (it closed, or
+// half-closed with shutdown(SHUT_WR)) once every message read before it has
+// been handled: what still runs is settled as on transport loss (rule 6.4),
+// and the replies owed so far (executed, then verified for a verify that
+// came before the end) are still written, best effort within
+// --write-timeout. Maka's controller sends verify with socket.end(line).
+func (cn *conn) streamEnded() string {
+	reason := cn.finish("peer closed")
+	if end := cn.answerVerifies(); end != "" {
+		return end
+	}
+	return reason
 }
 
 // read feeds lines to the loop until the stream ends or the loop is done.
