@@ -50,7 +50,17 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-## conformance: the shared conformance suite against bin/relayd
+## conformance: the shared conformance suite against bin/relayd. The suite is not in this repository:
+## it is shared/conformance of the steering repository, checked out beside this one (../shared), or
+## SHARED=PATH. Without it (or without python3) the target fails at once with one line saying so.
+ifneq ($(filter conformance,$(MAKECMDGOALS)),)
+ifeq ($(wildcard $(SHARED)/conformance/run.py),)
+$(error make conformance: the conformance suite is not at $(SHARED)/conformance/run.py; it comes from the steering repository: check its shared/ directory out beside this repository as ../shared, or run make conformance SHARED=PATH)
+endif
+ifeq ($(shell command -v python3),)
+$(error make conformance: python3 not found; the conformance suite is a Python 3 program: install python3)
+endif
+endif
 conformance: build
 	python3 $(SHARED)/conformance/run.py --relayd $(BIN)
 
