@@ -569,3 +569,41 @@ func TestRunRefusesUnusableCgroup(t *testing.T) {
 		}
 	}
 }
+
+// A directory flag that names no usable directory is refused at startup
+// with one line: the flag, the path, what is wrong, and what to do.
+func TestRunRefusesBadDirectories(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "nope")
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"missing workspace", []string{"--workspace", missing},
+			"--workspace " + missing + ": no such directory (create it, or point --workspace at an existing directory)"},
+		{"workspace is a file", []string{"--workspace", file},
+			"--workspace " + file + ": not a directory (point --workspace at a directory)"},
+		{"missing artifacts dir", []string{"--workspace", dir, "--artifacts-dir", missing},
+			"--artifacts-dir " + missing + ": no such directory (create it, or point --artifacts-dir at an existing directory)"},
+		{"artifacts dir is a file", []string{"--workspace", dir, "--artifacts-dir", file},
+			"--artifacts-dir " + file + ": not a directory (point --artifacts-dir at a directory)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			err := run(append(tt.args, "--listen", "127.0.0.1:0"), envOf(map[string]string{"RELAYD_TOKEN": "tok"}), &stdout, &stderr)
+			var ee *exitError
+			if !errors.As(err, &ee) || ee.code != exitUsage {
+				t.Fatalf("run(%q) = %v; want a usage error (exit %d)", tt.args, err, exitUsage)
+			}
+			if err.Error() != tt.want {
+				t.Fatalf("run(%q) = %q; want %q", tt.args, err, tt.want)
+			}
+		})
+	}
+}

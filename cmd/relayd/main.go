@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/signal"
@@ -86,7 +87,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	os.Unsetenv("RELAYD_TOKEN")
 	workspace, err := env.Workspace(o.workspace)
 	if err != nil {
-		return &exitError{exitUsage, fmt.Errorf("--workspace: %v", err)}
+		return &exitError{exitUsage, dirFlagError("workspace", err)}
 	}
 	instruction := ""
 	if o.instructionFile != "" {
@@ -98,7 +99,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	}
 	if o.artifactsDir != "" {
 		if err := env.CheckDir(o.artifactsDir); err != nil {
-			return &exitError{exitUsage, fmt.Errorf("--artifacts-dir: %v", err)}
+			return &exitError{exitUsage, dirFlagError("artifacts-dir", err)}
 		}
 	}
 	var ln net.Listener
@@ -283,6 +284,23 @@ func loadToken(file string, getenv func(string) string) ([]byte, error) {
 		return nil, errors.New("no token: give --token-file FILE or set RELAYD_TOKEN; relayd refuses to run without one")
 	}
 	return t, nil
+}
+
+// dirFlagError is the one line for a directory flag that names no usable
+// directory: "--workspace /nope: no such directory (create it, ...)". err
+// is env.CheckDir's, which names the path and what is wrong.
+func dirFlagError(flag string, err error) error {
+	hint := "point --" + flag + " at a directory relayd can reach"
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		hint = "create it, or point --" + flag + " at an existing directory"
+	case errors.Is(err, syscall.ENOTDIR):
+		hint = "point --" + flag + " at a directory"
+	}
+	if !errors.Is(err, env.ErrBadDir) {
+		return fmt.Errorf("--%s: %v", flag, err) // not CheckDir's: the working directory is gone
+	}
+	return fmt.Errorf("--%s %v (%s)", flag, err, hint)
 }
 
 // readBounded reads a whole file of at most limit bytes.
