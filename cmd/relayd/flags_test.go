@@ -316,16 +316,30 @@ func TestParseByteSize(t *testing.T) {
 	}{
 		{"65536", 65536, true},
 		{"0", 0, true},
-		{"1MiB", 1 << 20, true},
-		{"1KiB", 1 << 10, true},
-		{"2G", 2 << 30, true},
-		{"1mb", 1 << 20, true},
-		{"3kb", 3 << 10, true},
 		{"7B", 7, true},
+		{"7b", 7, true},
+		// Binary units: powers of 1024.
+		{"1KiB", 1 << 10, true},
+		{"1MiB", 1 << 20, true},
 		{"4GiB", 4 << 30, true},
+		{"1kib", 1 << 10, true}, // units are case-insensitive
+		{"1MIB", 1 << 20, true},
 		{" 2 MiB ", 2 << 20, true},
+		// Decimal (SI) units: powers of 1000, as they mean everywhere else.
+		{"3kB", 3000, true},
+		{"3KB", 3000, true},
+		{"3kb", 3000, true},
+		{"1MB", 1000000, true},
+		{"1mb", 1000000, true},
+		{"2GB", 2000000000, true},
 		{"4611686018427387904", 1 << 62, true},
-		{"4294967296G", 1 << 62, true},
+		{"4294967296GiB", 1 << 62, true},
+		{"4611686018GB", 4611686018000000000, true},
+		// A bare K, M or G could be either: refused, never guessed.
+		{"1K", 0, false},
+		{"1M", 0, false},
+		{"2G", 0, false},
+		{"2g", 0, false},
 		{"", 0, false},
 		{"   ", 0, false},
 		{"MiB", 0, false},
@@ -336,7 +350,8 @@ func TestParseByteSize(t *testing.T) {
 		{"+1", 0, false},
 		{"0x10", 0, false},
 		{"4611686018427387905", 0, false}, // above the limit
-		{"4294967297G", 0, false},         // overflows once multiplied
+		{"4294967297GiB", 0, false},       // overflows once multiplied
+		{"4611686019GB", 0, false},        // likewise
 		{"9223372036854775807KiB", 0, false},
 		{"99999999999999999999", 0, false}, // not even an int64
 	}
@@ -357,6 +372,24 @@ func TestParseByteSize(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), `"`+tt.in+`"`) {
 			t.Errorf("parseByteSize(%q) error %q does not quote the value", tt.in, err)
+		}
+	}
+}
+
+// A size with a unit relayd does not take is refused with every unit it
+// does take, so that the person can pick one.
+func TestParseByteSizeErrorListsUnits(t *testing.T) {
+	units := []string{"B", "kB", "MB", "GB", "KiB", "MiB", "GiB"}
+	for _, in := range []string{"1TB", "5xb", "2G", "1K", "1M", "3 KIBI"} {
+		_, err := parseByteSize(in)
+		if err == nil {
+			t.Errorf("parseByteSize(%q) = nil error; want one", in)
+			continue
+		}
+		for _, u := range units {
+			if !strings.Contains(err.Error(), u) {
+				t.Errorf("parseByteSize(%q) error %q; want it to list the unit %s", in, err, u)
+			}
 		}
 	}
 }
