@@ -582,24 +582,50 @@ func TestRunUsageErrors(t *testing.T) {
 	}
 }
 
-// --scope cgroup on a host without a usable cgroup v2 hierarchy is refused
-// at startup with the reason, not silently replaced by process-group. The
-// hierarchy is made unusable by pointing --cgroup-root at a plain directory.
-// This is the only test here that gets past the token: run creates relayd's
-// reaper in this test binary, which therefore starts no child of its own.
+// A cgroup that relayd was told to use and cannot use is refused at startup
+// with the reason, not silently replaced by process-group: --scope cgroup on
+// a host without a usable cgroup v2 hierarchy, and an explicit --cgroup-root
+// that is no usable cgroup v2 directory, even with --scope auto (without
+// --cgroup-root, auto falls back). The hierarchy is made unusable by
+// pointing --cgroup-root at a plain directory. These are the only tests here
+// that get past the token: run creates relayd's reaper in this test binary,
+// which therefore starts no child of its own.
 func TestRunRefusesUnusableCgroup(t *testing.T) {
-	root := t.TempDir()
-	var stdout, stderr bytes.Buffer
-	err := run([]string{"--scope", "cgroup", "--cgroup-root", root, "--listen", "127.0.0.1:0", "--workspace", t.TempDir()},
-		envOf(map[string]string{"RELAYD_TOKEN": "tok"}), &stdout, &stderr)
-	var ee *exitError
-	if !errors.As(err, &ee) || ee.code != exitUsage {
-		t.Fatalf("run(--scope cgroup --cgroup-root %s) = %v; want a usage error", root, err)
+	tests := []struct {
+		scope string
+		want  []string // beside the root's path
+	}{
+		{"cgroup", []string{"--scope cgroup"}},
+		{"auto", []string{"--cgroup-root", "not a cgroup v2 directory", "process-group"}},
 	}
-	for _, w := range []string{"--scope cgroup", root} {
-		if !strings.Contains(err.Error(), w) {
-			t.Fatalf("refusal %q; want it to name %q", err, w)
-		}
+	for _, tt := range tests {
+		t.Run(tt.scope, func(t *testing.T) {
+			root := t.TempDir()
+			args := []string{"--scope", tt.scope, "--cgroup-root", root, "--listen", "127.0.0.1:0", "--workspace", t.TempDir()}
+			done := make(chan error, 1)
+			go func() {
+				var stdout, stderr bytes.Buffer
+				done <- run(args, envOf(map[string]string{"RELAYD_TOKEN": "tok"}), &stdout, &stderr)
+			}()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("run(%q) is still running after 10s; want it to refuse to start", args)
+			}
+			var ee *exitError
+			if !errors.As(err, &ee) || ee.code != exitUsage {
+				t.Fatalf("run(%q) = %v; want a usage error", args, err)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("refusal %q; want one line", err)
+			}
+			for _, w := range append(tt.want, root) {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("refusal %q; want it to name %q", err, w)
+				}
+			}
+		})
 	}
 }
 
