@@ -2,7 +2,9 @@
 GO        ?= go
 VERSION   ?= 0.1.0
 COMMIT    := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
-LDFLAGS   := -s -w -X main.version=$(VERSION)+$(COMMIT)
+# STAMP is the version the binary reports (relayd --version, ready.version) and make run's banner shows.
+STAMP     := $(VERSION)+$(COMMIT)
+LDFLAGS   := -s -w -X main.version=$(STAMP)
 BIN       := bin/relayd
 LISTEN    ?= 127.0.0.1:7700
 RUNDIR    := .run
@@ -18,7 +20,7 @@ build:
 run: build
 	@mkdir -p $(RUNDIR)/workspace
 	@umask 077; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > $(RUNDIR)/token
-	@echo "relayd $(VERSION) on $(LISTEN); token in $(RUNDIR)/token (fresh each run), workspace $(RUNDIR)/workspace"
+	@echo "relayd $(STAMP) on $(LISTEN); token in $(RUNDIR)/token (fresh each run), workspace $(RUNDIR)/workspace"
 	@echo "Talk to it from another terminal:"
 	@echo '  T=$$(cat $(RUNDIR)/token)'
 	@printf '  printf %s "$$T" | nc -q 1 %s\n' "'{\"token\":\"%s\",\"kind\":\"ready\"}\\n'" "$(subst :, ,$(LISTEN))"
