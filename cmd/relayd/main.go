@@ -320,10 +320,12 @@ func readBounded(path string, limit int64) ([]byte, error) {
 	return b, nil
 }
 
+// newLogger builds relayd's one logger. Console logs are coloured only on a
+// terminal: in a file, a pipe or a log collector the codes are noise.
 func newLogger(o options, w io.Writer) zerolog.Logger {
 	level, _ := zerolog.ParseLevel(o.logLevel)
 	if o.logFormat == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly, NoColor: !isTerminal(w)}
 	}
 	return zerolog.New(w).Level(level).With().Timestamp().Logger()
 }
