@@ -1,8 +1,10 @@
-# relayd: make build | run | test | chaos | fuzz | lint | conformance | clean
+# relayd: make build | run | test | chaos | fuzz | lint | conformance | bench | clean
 GO        ?= go
 VERSION   ?= 0.1.0
 COMMIT    := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
-LDFLAGS   := -s -w -X main.version=$(VERSION)+$(COMMIT)
+# STAMP is the version the binary reports (relayd --version, ready.version) and make run's banner shows.
+STAMP     := $(VERSION)+$(COMMIT)
+LDFLAGS   := -s -w -X main.version=$(STAMP)
 BIN       := bin/relayd
 LISTEN    ?= 127.0.0.1:7700
 RUNDIR    := .run
@@ -18,7 +20,7 @@ build:
 run: build
 	@mkdir -p $(RUNDIR)/workspace
 	@umask 077; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > $(RUNDIR)/token
-	@echo "relayd $(VERSION) on $(LISTEN); token in $(RUNDIR)/token (fresh each run), workspace $(RUNDIR)/workspace"
+	@echo "relayd $(STAMP) on $(LISTEN); token in $(RUNDIR)/token (fresh each run), workspace $(RUNDIR)/workspace"
 	@echo "Talk to it from another terminal:"
 	@echo '  T=$$(cat $(RUNDIR)/token)'
 	@printf '  printf %s "$$T" | nc -q 1 %s\n' "'{\"token\":\"%s\",\"kind\":\"ready\"}\\n'" "$(subst :, ,$(LISTEN))"
@@ -50,17 +52,29 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-## conformance: the shared conformance suite against bin/relayd
+## conformance: the shared conformance suite against bin/relayd. The suite is not in this repository:
+## it is shared/conformance of the steering repository, checked out beside this one (../shared), or
+## SHARED=PATH. Without it (or without python3) the target fails at once with one line saying so.
+ifneq ($(filter conformance,$(MAKECMDGOALS)),)
+ifeq ($(wildcard $(SHARED)/conformance/run.py),)
+$(error make conformance: the conformance suite is not at $(SHARED)/conformance/run.py; it comes from the steering repository: check its shared/ directory out beside this repository as ../shared, or run make conformance SHARED=PATH)
+endif
+ifeq ($(shell command -v python3),)
+$(error make conformance: python3 not found; the conformance suite is a Python 3 program: install python3)
+endif
+endif
 conformance: build
 	python3 $(SHARED)/conformance/run.py --relayd $(BIN)
 
 ## bench: the benchmark suite against bin/relayd (about 8 minutes): a table on stdout, the figures in
-## bench/results.json; installs OpenSSH with apt-get for the ssh comparison when sshd is missing and we are root.
-## BENCHFLAGS=--quick for a smoke run, BENCHFLAGS='--only roundtrip,ssh' for some sections.
-BENCHFLAGS ?=
+## bench/results.json. Without sshd the ssh comparison is skipped, saying so; BENCH_INSTALL_SSH=1 opts in to
+## installing OpenSSH with apt-get for it (as root). BENCHFLAGS=--quick for a smoke run,
+## BENCHFLAGS='--only roundtrip,ssh' for some sections.
+BENCHFLAGS        ?=
+BENCH_INSTALL_SSH ?=
 .PHONY: bench
 bench: build
-	$(GO) run ./cmd/relaybench --relayd $(BIN) --out bench/results.json --install-ssh $(BENCHFLAGS)
+	$(GO) run ./cmd/relaybench --relayd $(BIN) --out bench/results.json $(if $(filter 1,$(BENCH_INSTALL_SSH)),--install-ssh) $(BENCHFLAGS)
 
 clean:
 	rm -rf bin $(RUNDIR)

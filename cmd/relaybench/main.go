@@ -43,7 +43,7 @@ type config struct {
 	out        string          // where the JSON goes
 	quick      bool            // fewer repetitions: a smoke run
 	only       map[string]bool // sections to run
-	installSSH bool            // apt-get install OpenSSH when sshd is missing and we are root
+	installSSH bool            // apt-get install OpenSSH when sshd is missing and we are root (opt-in)
 	table      string          // print the table of this results file and exit
 	before     string          // an older relayd binary for the before/after section; "" for none
 }
@@ -125,7 +125,7 @@ func parseFlags(args []string) (config, error) {
 	out := fs.String("out", "bench/results.json", "file to write the figures to, as JSON")
 	quick := fs.Bool("quick", false, "far fewer repetitions and shorter runs: a smoke run, not figures to quote")
 	only := fs.StringSlice("only", nil, "run only these sections (comma-separated): "+strings.Join(sectionNames, ", "))
-	installSSH := fs.Bool("install-ssh", false, "when sshd is missing and we are root, install OpenSSH with apt-get (make bench sets it)")
+	installSSH := fs.Bool("install-ssh", false, "when sshd is missing and we are root, install OpenSSH with apt-get (make bench BENCH_INSTALL_SSH=1 sets it); without it the ssh comparison is skipped")
 	before := fs.String("before", "", "an older relayd binary: adds a section measuring it and --relayd in turns (round trip, settling 1,000 members, output)")
 	table := fs.String("table", "", "print the table of an earlier run's results file (e.g. bench/results.json) and exit; measures nothing")
 	fs.Usage = func() {

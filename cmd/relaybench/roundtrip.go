@@ -90,6 +90,7 @@ func (b *bench) roundTrip() {
 		ssh = &series{name: "ssh via a master connection", block: max(1, block/10), warm: 3}
 		if s, why := b.startSSH(); why != "" {
 			ssh.skip = why
+			logf("ssh comparison skipped: %s", why)
 		} else {
 			stops = append(stops, s.stop)
 			ssh.op = s.trueRoundTrip

@@ -226,8 +226,8 @@ func (s *sshServer) stop() {
 	os.RemoveAll(s.dir)
 }
 
-// findSSHD finds sshd, installing OpenSSH with apt-get when asked to, when
-// it is missing and this process is root.
+// findSSHD finds sshd, installing OpenSSH with apt-get when it is missing,
+// this process is root and --install-ssh asked for it.
 func (b *bench) findSSHD() (path, why string) {
 	look := func() string {
 		if _, err := os.Stat("/usr/sbin/sshd"); err == nil {
@@ -241,14 +241,9 @@ func (b *bench) findSSHD() (path, why string) {
 	if p := look(); p != "" {
 		return p, ""
 	}
-	switch {
-	case !b.cfg.installSSH:
-		return "", "sshd is not installed (make bench installs openssh-server with apt-get when run as root)"
-	case os.Geteuid() != 0:
-		return "", "sshd is not installed, and installing openssh-server with apt-get takes root"
-	}
-	if _, err := exec.LookPath("apt-get"); err != nil {
-		return "", "sshd is not installed, and there is no apt-get to install openssh-server with"
+	_, noAptGet := exec.LookPath("apt-get")
+	if why := sshdMissing(b.cfg.installSSH, os.Geteuid(), noAptGet == nil); why != "" {
+		return "", why
 	}
 	logf("ssh: sshd is missing; apt-get update && apt-get install -y openssh-server openssh-client")
 	apt := func(timeout time.Duration, args ...string) error {
@@ -274,6 +269,22 @@ func (b *bench) findSSHD() (path, why string) {
 		return p, ""
 	}
 	return "", "apt-get installed openssh-server, but sshd is still not found"
+}
+
+// sshdMissing says why the ssh comparison is skipped when sshd is not
+// installed, or "" when OpenSSH is to be installed: only when the person
+// running the benchmark asked for it (--install-ssh), as root, with apt-get.
+// A benchmark does not change the machine it measures on its own.
+func sshdMissing(installSSH bool, euid int, haveAptGet bool) string {
+	switch {
+	case !installSSH:
+		return "sshd is not installed; make bench BENCH_INSTALL_SSH=1 (relaybench --install-ssh) installs openssh-server with apt-get, as root"
+	case euid != 0:
+		return "sshd is not installed, and installing openssh-server with apt-get (--install-ssh) takes root"
+	case !haveAptGet:
+		return "sshd is not installed, and there is no apt-get to install openssh-server with"
+	}
+	return ""
 }
 
 func sshUser() string {

@@ -175,8 +175,10 @@ func bad(flag, format string, args ...any) error {
 	return &flagError{flag: flag, msg: fmt.Sprintf(format, args...)}
 }
 
-// byteSize is a flag value in bytes: a number with an optional unit
-// (B, KiB, MiB, GiB; K, M, G and KB, MB, GB are taken as the binary units too).
+// byteSize is a flag value in bytes: a number with an optional unit. kB,
+// MB and GB are powers of 1000 and KiB, MiB and GiB powers of 1024, as
+// everywhere else; a bare K, M or G could mean either and is refused. Units
+// are case-insensitive: kb is kB, MIB is MiB.
 type byteSize int64
 
 func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
@@ -190,6 +192,9 @@ func (b *byteSize) Set(s string) error {
 	*b = byteSize(n)
 	return nil
 }
+
+// sizeUnits lists the units parseByteSize takes, for its errors.
+const sizeUnits = "want B, kB, MB or GB for powers of 1000, or KiB, MiB or GiB for powers of 1024, in any case"
 
 func parseByteSize(s string) (int64, error) {
 	t := strings.TrimSpace(s)
@@ -205,17 +210,27 @@ func parseByteSize(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a size: %v", s, err)
 	}
 	var mult int64
-	switch strings.ToLower(strings.TrimSpace(t[i:])) {
+	unit := strings.TrimSpace(t[i:])
+	switch strings.ToLower(unit) {
 	case "", "b":
 		mult = 1
-	case "k", "kb", "kib":
+	case "kb":
+		mult = 1000
+	case "mb":
+		mult = 1000 * 1000
+	case "gb":
+		mult = 1000 * 1000 * 1000
+	case "kib":
 		mult = 1 << 10
-	case "m", "mb", "mib":
+	case "mib":
 		mult = 1 << 20
-	case "g", "gb", "gib":
+	case "gib":
 		mult = 1 << 30
+	case "k", "m", "g":
+		u := strings.ToUpper(unit)
+		return 0, fmt.Errorf("%q: unit %q could mean %sB or %siB: write one of them (%s)", s, unit, u, u, sizeUnits)
 	default:
-		return 0, fmt.Errorf("%q: unknown unit %q (want B, KiB, MiB or GiB)", s, t[i:])
+		return 0, fmt.Errorf("%q: unknown unit %q (%s)", s, unit, sizeUnits)
 	}
 	if n > (1<<62)/mult {
 		return 0, fmt.Errorf("%q is too large", s)

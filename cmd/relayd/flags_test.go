@@ -316,16 +316,30 @@ func TestParseByteSize(t *testing.T) {
 	}{
 		{"65536", 65536, true},
 		{"0", 0, true},
-		{"1MiB", 1 << 20, true},
-		{"1KiB", 1 << 10, true},
-		{"2G", 2 << 30, true},
-		{"1mb", 1 << 20, true},
-		{"3kb", 3 << 10, true},
 		{"7B", 7, true},
+		{"7b", 7, true},
+		// Binary units: powers of 1024.
+		{"1KiB", 1 << 10, true},
+		{"1MiB", 1 << 20, true},
 		{"4GiB", 4 << 30, true},
+		{"1kib", 1 << 10, true}, // units are case-insensitive
+		{"1MIB", 1 << 20, true},
 		{" 2 MiB ", 2 << 20, true},
+		// Decimal (SI) units: powers of 1000, as they mean everywhere else.
+		{"3kB", 3000, true},
+		{"3KB", 3000, true},
+		{"3kb", 3000, true},
+		{"1MB", 1000000, true},
+		{"1mb", 1000000, true},
+		{"2GB", 2000000000, true},
 		{"4611686018427387904", 1 << 62, true},
-		{"4294967296G", 1 << 62, true},
+		{"4294967296GiB", 1 << 62, true},
+		{"4611686018GB", 4611686018000000000, true},
+		// A bare K, M or G could be either: refused, never guessed.
+		{"1K", 0, false},
+		{"1M", 0, false},
+		{"2G", 0, false},
+		{"2g", 0, false},
 		{"", 0, false},
 		{"   ", 0, false},
 		{"MiB", 0, false},
@@ -336,7 +350,8 @@ func TestParseByteSize(t *testing.T) {
 		{"+1", 0, false},
 		{"0x10", 0, false},
 		{"4611686018427387905", 0, false}, // above the limit
-		{"4294967297G", 0, false},         // overflows once multiplied
+		{"4294967297GiB", 0, false},       // overflows once multiplied
+		{"4611686019GB", 0, false},        // likewise
 		{"9223372036854775807KiB", 0, false},
 		{"99999999999999999999", 0, false}, // not even an int64
 	}
@@ -357,6 +372,24 @@ func TestParseByteSize(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), `"`+tt.in+`"`) {
 			t.Errorf("parseByteSize(%q) error %q does not quote the value", tt.in, err)
+		}
+	}
+}
+
+// A size with a unit relayd does not take is refused with every unit it
+// does take, so that the person can pick one.
+func TestParseByteSizeErrorListsUnits(t *testing.T) {
+	units := []string{"B", "kB", "MB", "GB", "KiB", "MiB", "GiB"}
+	for _, in := range []string{"1TB", "5xb", "2G", "1K", "1M", "3 KIBI"} {
+		_, err := parseByteSize(in)
+		if err == nil {
+			t.Errorf("parseByteSize(%q) = nil error; want one", in)
+			continue
+		}
+		for _, u := range units {
+			if !strings.Contains(err.Error(), u) {
+				t.Errorf("parseByteSize(%q) error %q; want it to list the unit %s", in, err, u)
+			}
 		}
 	}
 }
@@ -549,23 +582,87 @@ func TestRunUsageErrors(t *testing.T) {
 	}
 }
 
-// --scope cgroup on a host without a usable cgroup v2 hierarchy is refused
-// at startup with the reason, not silently replaced by process-group. The
-// hierarchy is made unusable by pointing --cgroup-root at a plain directory.
-// This is the only test here that gets past the token: run creates relayd's
-// reaper in this test binary, which therefore starts no child of its own.
+// A cgroup that relayd was told to use and cannot use is refused at startup
+// with the reason, not silently replaced by process-group: --scope cgroup on
+// a host without a usable cgroup v2 hierarchy, and an explicit --cgroup-root
+// that is no usable cgroup v2 directory, even with --scope auto (without
+// --cgroup-root, auto falls back). The hierarchy is made unusable by
+// pointing --cgroup-root at a plain directory. These are the only tests here
+// that get past the token: run creates relayd's reaper in this test binary,
+// which therefore starts no child of its own.
 func TestRunRefusesUnusableCgroup(t *testing.T) {
-	root := t.TempDir()
-	var stdout, stderr bytes.Buffer
-	err := run([]string{"--scope", "cgroup", "--cgroup-root", root, "--listen", "127.0.0.1:0", "--workspace", t.TempDir()},
-		envOf(map[string]string{"RELAYD_TOKEN": "tok"}), &stdout, &stderr)
-	var ee *exitError
-	if !errors.As(err, &ee) || ee.code != exitUsage {
-		t.Fatalf("run(--scope cgroup --cgroup-root %s) = %v; want a usage error", root, err)
+	tests := []struct {
+		scope string
+		want  []string // beside the root's path
+	}{
+		{"cgroup", []string{"--scope cgroup"}},
+		{"auto", []string{"--cgroup-root", "not a cgroup v2 directory", "process-group"}},
 	}
-	for _, w := range []string{"--scope cgroup", root} {
-		if !strings.Contains(err.Error(), w) {
-			t.Fatalf("refusal %q; want it to name %q", err, w)
-		}
+	for _, tt := range tests {
+		t.Run(tt.scope, func(t *testing.T) {
+			root := t.TempDir()
+			args := []string{"--scope", tt.scope, "--cgroup-root", root, "--listen", "127.0.0.1:0", "--workspace", t.TempDir()}
+			done := make(chan error, 1)
+			go func() {
+				var stdout, stderr bytes.Buffer
+				done <- run(args, envOf(map[string]string{"RELAYD_TOKEN": "tok"}), &stdout, &stderr)
+			}()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("run(%q) is still running after 10s; want it to refuse to start", args)
+			}
+			var ee *exitError
+			if !errors.As(err, &ee) || ee.code != exitUsage {
+				t.Fatalf("run(%q) = %v; want a usage error", args, err)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("refusal %q; want one line", err)
+			}
+			for _, w := range append(tt.want, root) {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("refusal %q; want it to name %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// A directory flag that names no usable directory is refused at startup
+// with one line: the flag, the path, what is wrong, and what to do.
+func TestRunRefusesBadDirectories(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "nope")
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"missing workspace", []string{"--workspace", missing},
+			"--workspace " + missing + ": no such directory (create it, or point --workspace at an existing directory)"},
+		{"workspace is a file", []string{"--workspace", file},
+			"--workspace " + file + ": not a directory (point --workspace at a directory)"},
+		{"missing artifacts dir", []string{"--workspace", dir, "--artifacts-dir", missing},
+			"--artifacts-dir " + missing + ": no such directory (create it, or point --artifacts-dir at an existing directory)"},
+		{"artifacts dir is a file", []string{"--workspace", dir, "--artifacts-dir", file},
+			"--artifacts-dir " + file + ": not a directory (point --artifacts-dir at a directory)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			err := run(append(tt.args, "--listen", "127.0.0.1:0"), envOf(map[string]string{"RELAYD_TOKEN": "tok"}), &stdout, &stderr)
+			var ee *exitError
+			if !errors.As(err, &ee) || ee.code != exitUsage {
+				t.Fatalf("run(%q) = %v; want a usage error (exit %d)", tt.args, err, exitUsage)
+			}
+			if err.Error() != tt.want {
+				t.Fatalf("run(%q) = %q; want %q", tt.args, err, tt.want)
+			}
+		})
 	}
 }

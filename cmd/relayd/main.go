@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/signal"
@@ -88,7 +89,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	os.Unsetenv("RELAYD_TOKEN")
 	workspace, err := env.Workspace(o.workspace)
 	if err != nil {
-		return &exitError{exitUsage, fmt.Errorf("--workspace: %v", err)}
+		return &exitError{exitUsage, dirFlagError("workspace", err)}
 	}
 	instruction := ""
 	if o.instructionFile != "" {
@@ -100,7 +101,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	}
 	if o.artifactsDir != "" {
 		if err := env.CheckDir(o.artifactsDir); err != nil {
-			return &exitError{exitUsage, fmt.Errorf("--artifacts-dir: %v", err)}
+			return &exitError{exitUsage, dirFlagError("artifacts-dir", err)}
 		}
 	}
 	var ln net.Listener
@@ -287,6 +288,23 @@ func loadToken(file string, getenv func(string) string) ([]byte, error) {
 	return t, nil
 }
 
+// dirFlagError is the one line for a directory flag that names no usable
+// directory: "--workspace /nope: no such directory (create it, ...)". err
+// is env.CheckDir's, which names the path and what is wrong.
+func dirFlagError(flag string, err error) error {
+	hint := "point --" + flag + " at a directory relayd can reach"
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		hint = "create it, or point --" + flag + " at an existing directory"
+	case errors.Is(err, syscall.ENOTDIR):
+		hint = "point --" + flag + " at a directory"
+	}
+	if !errors.Is(err, env.ErrBadDir) {
+		return fmt.Errorf("--%s: %v", flag, err) // not CheckDir's: the working directory is gone
+	}
+	return fmt.Errorf("--%s %v (%s)", flag, err, hint)
+}
+
 // readBounded reads a whole file of at most limit bytes.
 func readBounded(path string, limit int64) ([]byte, error) {
 	f, err := os.Open(path)
@@ -304,10 +322,12 @@ func readBounded(path string, limit int64) ([]byte, error) {
 	return b, nil
 }
 
+// newLogger builds relayd's one logger. Console logs are coloured only on a
+// terminal: in a file, a pipe or a log collector the codes are noise.
 func newLogger(o options, w io.Writer) zerolog.Logger {
 	level, _ := zerolog.ParseLevel(o.logLevel)
 	if o.logFormat == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly, NoColor: !isTerminal(w)}
 	}
 	return zerolog.New(w).Level(level).With().Timestamp().Logger()
 }

@@ -22,7 +22,10 @@ type scopes struct {
 
 // chooseScope picks the scope mechanism: cgroup when --scope is cgroup or
 // auto and a cgroup v2 hierarchy is proven to work here, else
-// process-group. --scope cgroup without a working hierarchy is an error.
+// process-group. --scope cgroup without a working hierarchy is an error,
+// and so is an explicit --cgroup-root that does not work: auto falls back
+// to process-group only from the cgroup relayd found itself, not from one
+// it was told to use.
 func chooseScope(ctx context.Context, o options, r *exec.Reaper, t *exec.Tracker, host env.Host, log zerolog.Logger) (scopes, error) {
 	pg := scopes{mechanism: exec.ProcessGroup, newScope: t.NewScope, release: func() {}}
 	if o.scope == "process-group" {
@@ -47,6 +50,9 @@ func chooseScope(ctx context.Context, o options, r *exec.Reaper, t *exec.Tracker
 	if err != nil {
 		if o.scope == "cgroup" {
 			return scopes{}, fmt.Errorf("--scope cgroup: no usable cgroup v2 hierarchy: %v", err)
+		}
+		if o.cgroupRoot != "" {
+			return scopes{}, fmt.Errorf("--cgroup-root %s cannot be used: %v; --scope auto falls back to process-group only without --cgroup-root", o.cgroupRoot, err)
 		}
 		log.Info().Str("scope", pg.mechanism).Str("requested", o.scope).Bool("pid1", host.PID1).
 			Bool("subreaper", host.Subreaper).Str("why", "cgroup v2 unusable: "+err.Error()).

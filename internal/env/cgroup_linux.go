@@ -26,7 +26,7 @@ var ErrNoCgroup2 = errors.New("env: no cgroup v2 hierarchy")
 func FindCgroup2(root string) (Cgroup2, error) {
 	if root != "" {
 		if _, err := os.Stat(filepath.Join(root, "cgroup.procs")); err != nil {
-			return Cgroup2{}, fmt.Errorf("%w: --cgroup-root %s is not a cgroup v2 directory (no cgroup.procs)", ErrNoCgroup2, root)
+			return Cgroup2{}, &rootError{root: root, cause: err}
 		}
 		return Cgroup2{Mount: root, Base: root}, nil
 	}
@@ -54,6 +54,19 @@ func FindCgroup2(root string) (Cgroup2, error) {
 	}
 	return Cgroup2{Mount: best.point, Base: filepath.Join(best.point, rel)}, nil
 }
+
+// rootError is FindCgroup2's error for a root that is no cgroup v2
+// directory. It names the path and why, without ErrNoCgroup2's "env:"
+// prefix, for a caller to put after a flag's name.
+type rootError struct {
+	root  string
+	cause error
+}
+
+func (e *rootError) Error() string {
+	return e.root + " is not a cgroup v2 directory (it has no cgroup.procs)"
+}
+func (e *rootError) Unwrap() []error { return []error{ErrNoCgroup2, e.cause} }
 
 type mount struct{ point, root string }
 

@@ -58,20 +58,38 @@ func Workspace(dir string) (string, error) {
 	return abs, nil
 }
 
-// CheckDir reports whether dir is an existing directory; the error wraps ErrBadDir.
+// CheckDir reports whether dir is an existing directory. Its error reads
+// "DIR: no such directory", "DIR: not a directory" or "DIR: " and the
+// system's reason (permission denied), for a caller to put after a flag's
+// name; it wraps ErrBadDir and the cause (fs.ErrNotExist when nothing is
+// there).
 func CheckDir(dir string) error {
 	info, err := os.Stat(dir)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("%w: %s does not exist", ErrBadDir, dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return &dirError{dir: dir, problem: "no such directory", cause: err}
+	case err != nil:
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return &dirError{dir: dir, problem: pe.Err.Error(), cause: pe.Err}
 		}
-		return fmt.Errorf("%w: %s: %v", ErrBadDir, dir, errors.Unwrap(err))
-	}
-	if !info.IsDir() {
-		return fmt.Errorf("%w: %s is not a directory", ErrBadDir, dir)
+		return &dirError{dir: dir, problem: err.Error(), cause: err}
+	case !info.IsDir():
+		return &dirError{dir: dir, problem: "not a directory", cause: syscall.ENOTDIR}
 	}
 	return nil
 }
+
+// dirError is CheckDir's error: the path and what is wrong with it, without
+// ErrBadDir's "env:" prefix, which no person needs to read.
+type dirError struct {
+	dir     string
+	problem string
+	cause   error
+}
+
+func (e *dirError) Error() string   { return e.dir + ": " + e.problem }
+func (e *dirError) Unwrap() []error { return []error{ErrBadDir, e.cause} }
 
 // Cwd resolves an execution's cwd against the workspace: "" is the workspace,
 // a relative path is taken from it.

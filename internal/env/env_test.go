@@ -2,6 +2,7 @@ package env
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -160,14 +161,29 @@ func TestCheckDir(t *testing.T) {
 	if err := CheckDir(dir); err != nil {
 		t.Fatalf("CheckDir(%s) = %v; want nil", dir, err)
 	}
-	for _, bad := range []string{file, filepath.Join(dir, "missing"), filepath.Join(file, "below")} {
-		err := CheckDir(bad)
+	// The message is what a person reads after a flag's name
+	// ("--workspace /nope: no such directory"): the path and what is wrong,
+	// without the sentinel's package prefix.
+	tests := []struct {
+		dir      string
+		want     string
+		notExist bool
+	}{
+		{filepath.Join(dir, "missing"), filepath.Join(dir, "missing") + ": no such directory", true},
+		{file, file + ": not a directory", false},
+		{filepath.Join(file, "below"), filepath.Join(file, "below") + ": not a directory", false},
+	}
+	for _, tt := range tests {
+		err := CheckDir(tt.dir)
 		if !errors.Is(err, ErrBadDir) {
-			t.Errorf("CheckDir(%s) = %v; want ErrBadDir", bad, err)
+			t.Errorf("CheckDir(%s) = %v; want ErrBadDir", tt.dir, err)
 			continue
 		}
-		if !strings.Contains(err.Error(), bad) {
-			t.Errorf("CheckDir(%s) = %q; want the path named", bad, err)
+		if err.Error() != tt.want {
+			t.Errorf("CheckDir(%s) = %q; want %q", tt.dir, err, tt.want)
+		}
+		if got := errors.Is(err, fs.ErrNotExist); got != tt.notExist {
+			t.Errorf("CheckDir(%s): errors.Is(err, fs.ErrNotExist) = %v; want %v", tt.dir, got, tt.notExist)
 		}
 	}
 }
