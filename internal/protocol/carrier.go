@@ -71,9 +71,15 @@ func (c *Carrier) Result(resultToken string) (string, Diagnostic) {
 //	a valid frame, and other output too              payload, unstructured-output, counts of the carrier without the frame line
 //	a valid frame and nothing else                   payload, none
 //
-// Lines end at "\n", and a last line without "\n" is still a line. The
-// frame line is taken with its "\n"; a "\r" right before the "\n" (or at
-// the very end of the carrier) is dropped before its fields are read. A frame
+// Lines split where Python's str.splitlines() splits them, as Maka's
+// reference relay (_decode_result_carrier in
+// packages/eval/harbor/relay_agent.py) reads the carrier: after "\n",
+// "\r\n", "\r", "\v", "\f", "\x1c", "\x1d", "\x1e", U+0085, U+2028 or
+// U+2029 (as UTF-8: C2 85, E2 80 A8, E2 80 A9). Invalid UTF-8 is no break:
+// the reference sees it as U+FFFD. The last line needs no break. The frame
+// line is taken with its line break, and trailing "\r" and "\n" (only those:
+// a frame line ended by another break is invalid) are dropped before its
+// fields are read. A frame
 // line has exactly five fields separated by single spaces: the prefix, the
 // token, the decoded length (decimal digits, at most MaxPayload), the
 // lower-case hex SHA-256 of the decoded bytes, and the payload in URL-safe
@@ -83,24 +89,12 @@ func ParseCarrier(carrier []byte, resultToken string) (string, Diagnostic) {
 	if len(carrier) > CarrierLimit {
 		return "", countedDiagnostic(DiagOversize, carrier)
 	}
-	prefix := []byte(FramePrefix + " " + resultToken + " ")
-	start, end, frames := 0, 0, 0 // the frame line is carrier[start:end], its "\n" included
-	for pos := 0; pos < len(carrier); {
-		next := len(carrier)
-		if i := bytes.IndexByte(carrier[pos:], '\n'); i >= 0 {
-			next = pos + i + 1
-		}
-		if bytes.HasPrefix(carrier[pos:next], prefix) {
-			frames++
-			if frames > 1 {
-				return "", countedDiagnostic(DiagAmbiguous, carrier)
-			}
-			start, end = pos, next
-		}
-		pos = next
-	}
-	if frames == 0 {
+	start, end, frames := findFrameLine(carrier, resultToken)
+	switch {
+	case frames == 0:
 		return "", countedDiagnostic(DiagMissing, carrier)
+	case frames > 1:
+		return "", countedDiagnostic(DiagAmbiguous, carrier)
 	}
 	payload, ok := parseFrame(carrier[start:end])
 	if !ok {
@@ -120,8 +114,85 @@ func ParseCarrier(carrier []byte, resultToken string) (string, Diagnostic) {
 	}
 }
 
+// framePrefix starts every frame line, whatever its token.
+var framePrefix = []byte(FramePrefix + " ")
+
+// findFrameLine counts the lines of carrier that start with
+// "<FramePrefix> <token> " (it stops counting at two) and returns where the
+// first is: carrier[start:end], its line break included.
+func findFrameLine(carrier []byte, token string) (start, end, n int) {
+	for pos := 0; pos < len(carrier); {
+		i := bytes.Index(carrier[pos:], framePrefix)
+		if i < 0 {
+			break
+		}
+		i += pos
+		pos = i + len(framePrefix)
+		rest := carrier[pos:]
+		if !startsLine(carrier, i) || len(rest) <= len(token) || string(rest[:len(token)]) != token || rest[len(token)] != ' ' {
+			continue
+		}
+		brk, next := lineEnd(carrier, pos)
+		if brk <= pos+len(token) {
+			continue // a line break inside the token: this line ends before the prefix does
+		}
+		if n++; n == 1 {
+			start, end = i, next
+		} else {
+			break
+		}
+	}
+	return start, end, n
+}
+
+// startsLine reports whether a line starts at b[i], given that b[i] is not
+// "\n": at the start of b, or right after a line break. A "\r" before b[i]
+// is then a break of its own, not the first half of "\r\n". The lead bytes
+// C2 and E2 are never continuation bytes, so C2 85 and E2 80 A8/A9 are
+// always the characters U+0085, U+2028, U+2029, whatever precedes them.
+func startsLine(b []byte, i int) bool {
+	if i == 0 {
+		return true
+	}
+	switch b[i-1] {
+	case '\n', '\r', '\v', '\f', 0x1c, 0x1d, 0x1e:
+		return true
+	case 0x85:
+		return i >= 2 && b[i-2] == 0xc2
+	case 0xa8, 0xa9:
+		return i >= 3 && b[i-3] == 0xe2 && b[i-2] == 0x80
+	}
+	return false
+}
+
+// lineEnd finds the end of the line that holds b[from]: brk is where its
+// line break starts and next where the next line starts (both len(b) for a
+// last line without a break).
+func lineEnd(b []byte, from int) (brk, next int) {
+	for i := from; i < len(b); i++ {
+		switch b[i] {
+		case '\n', '\v', '\f', 0x1c, 0x1d, 0x1e:
+			return i, i + 1
+		case '\r':
+			if i+1 < len(b) && b[i+1] == '\n' {
+				return i, i + 2
+			}
+			return i, i + 1
+		case 0xc2:
+			if i+1 < len(b) && b[i+1] == 0x85 {
+				return i, i + 2
+			}
+		case 0xe2:
+			if i+2 < len(b) && b[i+1] == 0x80 && (b[i+2] == 0xa8 || b[i+2] == 0xa9) {
+				return i, i + 3
+			}
+		}
+	}
+	return len(b), len(b)
+}
+
 // parseFrame checks a frame line (which starts with the prefix and the
-// token) and returns its decoded payload.
+// token, and ends with its line break) and returns its decoded payload.
 func parseFrame(line []byte) ([]byte, bool) {
 	line = bytes.TrimSuffix(line, []byte("\n"))
 	line = bytes.TrimSuffix(line, []byte("\r"))

@@ -48,12 +48,7 @@ func TestParseCarrier(t *testing.T) {
 	atLimit := filler + good
 	overLimit := filler + "y" + good
 
-	tests := []struct {
-		name       string
-		carrier    string
-		wantStdout string
-		wantDiag   Diagnostic
-	}{
+	tests := []carrierCase{
 		// oversize
 		{"oversize by one", overLimit, "", counted(DiagOversize, overLimit)},
 		{"oversize without a frame", strings.Repeat("z", CarrierLimit+1), "", counted(DiagOversize, strings.Repeat("z", CarrierLimit+1))},
@@ -66,7 +61,6 @@ func TestParseCarrier(t *testing.T) {
 		{"not at line start", "say " + good, "", counted(DiagMissing, "say "+good)},
 		{"prefix without trailing space", FramePrefix + " " + testToken + "\n", "", counted(DiagMissing, FramePrefix+" "+testToken+"\n")},
 		{"lower-case prefix", strings.ToLower(FramePrefix) + good[len(FramePrefix):], "", counted(DiagMissing, strings.ToLower(FramePrefix)+good[len(FramePrefix):])},
-		{"after a lone cr is not a line start", "x\r" + good, "", counted(DiagMissing, "x\r"+good)},
 
 		// ambiguous
 		{"two identical frames", good + good, "", counted(DiagAmbiguous, good+good)},
@@ -98,7 +92,6 @@ func TestParseCarrier(t *testing.T) {
 		{"padding inside", frameFields("2", digestOf("aa"), "YQ==YQ"), "", counted(DiagInvalid, frameFields("2", digestOf("aa"), "YQ==YQ"))},
 		{"impossible length", frameFields("3", digestOf("aaa"), "YWFhY"), "", counted(DiagInvalid, frameFields("3", digestOf("aaa"), "YWFhY"))},
 		{"cr inside payload", frameFields("3", digestOf("aaa"), "YW\rFh"), "", counted(DiagInvalid, frameFields("3", digestOf("aaa"), "YW\rFh"))},
-		{"two cr before lf", strings.TrimSuffix(good, "\n") + "\r\r\n", "", counted(DiagInvalid, strings.TrimSuffix(good, "\n")+"\r\r\n")},
 		// invalid: UTF-8
 		{"payload not UTF-8", frameFields("2", digestOf("\xff\xfe"), "__4"), "", counted(DiagInvalid, frameFields("2", digestOf("\xff\xfe"), "__4"))},
 
@@ -124,6 +117,21 @@ func TestParseCarrier(t *testing.T) {
 		{"payload of MaxPayload", frame(testToken, strings.Repeat("é", MaxPayload/2), true), strings.Repeat("é", MaxPayload/2), NoneDiagnostic()},
 		{"payload with newline and NUL", frame(testToken, "a\nb\x00c", false), "a\nb\x00c", NoneDiagnostic()},
 	}
+	runCarrierCases(t, tests)
+}
+
+// carrierCase is a carrier and what the reference relay answers for it.
+type carrierCase struct {
+	name       string
+	carrier    string
+	wantStdout string
+	wantDiag   Diagnostic
+}
+
+// runCarrierCases checks each case with ParseCarrier, and with a Carrier
+// that gets the same bytes in pieces of several sizes.
+func runCarrierCases(t *testing.T, tests []carrierCase) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			stdout, diag := ParseCarrier([]byte(tt.carrier), testToken)
@@ -150,6 +158,84 @@ func TestParseCarrier(t *testing.T) {
 			}
 		})
 	}
+}
+
+// valid, invalid and missing build the three answers a rule table needs.
+func valid(name, carrier, payload string) carrierCase {
+	return carrierCase{name, carrier, payload, NoneDiagnostic()}
+}
+
+func noisy(name, carrier, payload, noise string) carrierCase {
+	return carrierCase{name, carrier, payload, counted(DiagUnstructured, noise)}
+}
+
+func invalid(name, carrier string) carrierCase {
+	return carrierCase{name, carrier, "", counted(DiagInvalid, carrier)}
+}
+
+func missing(name, carrier string) carrierCase {
+	return carrierCase{name, carrier, "", counted(DiagMissing, carrier)}
+}
+
+// The reference relay splits the carrier with Python's str.splitlines on the
+// text its framework decoded (invalid UTF-8 replaced, so a stray byte is never
+// a line break), takes the frame line with its line break, and strips only
+// "\r" and "\n" from its end before reading the fields.
+func TestCarrierLines(t *testing.T) {
+	const result = `{"kind":"settled"}`
+	good := frame(testToken, result, false)
+	line := strings.TrimSuffix(good, "\n")
+	breaks := []string{"\n", "\r\n", "\r", "\v", "\f", "\x1c", "\x1d", "\x1e", "\u0085", "\u2028", "\u2029"}
+	var tests []carrierCase
+	for _, brk := range breaks {
+		tests = append(tests,
+			noisy(fmt.Sprintf("output ended by %q, then the frame", brk), "x"+brk+good, result, "x"+brk),
+			noisy(fmt.Sprintf("frame, then output after %q", brk), "x"+brk+good+"y", result, "x"+brk+"y"),
+			carrierCase{fmt.Sprintf("two frames apart by %q", brk), line + brk + good, "", counted(DiagAmbiguous, line+brk+good)})
+	}
+	for _, notBreak := range []string{
+		"\x1f", "\t", "\x00",
+		"\x85",         // U+0085 is C2 85; a lone 85 byte is invalid UTF-8, replaced, not a break
+		"\xc2",         // a lead byte without its 85
+		"\xe2\x80",     // U+2028 cut short
+		"\xe2\x80\xaa", // U+202A, not a break
+		"\u00a0", "\u200b", "\u0084", "\u0086",
+	} {
+		tests = append(tests, missing(fmt.Sprintf("output ended by %q is no line break", notBreak), "x"+notBreak+good))
+	}
+	tests = append(tests,
+		// The conformance cases: progress output and a form feed before the frame.
+		noisy("progress then cr then frame", "progress 50%\r"+good, result, "progress 50%\r"),
+		noisy("form feed then frame", "x\f"+good, result, "x\f"),
+		// Invalid UTF-8 right before a break is replaced on its own: the break stays.
+		noisy("truncated sequence before U+0085", "\xe2\xc2\x85"+good, result, "\xe2\xc2\x85"),
+		noisy("truncated sequence before U+2028", "\xf0\x9f\xe2\x80\xa8"+good, result, "\xf0\x9f\xe2\x80\xa8"),
+		noisy("invalid byte before lf", "\xff\n"+good, result, "\xff\n"),
+
+		// How the frame line ends.
+		valid("frame ended by lf", line+"\n", result),
+		valid("frame ended by crlf", line+"\r\n", result),
+		valid("frame ended by cr", line+"\r", result),
+		valid("frame without a line break", line, result),
+		noisy("frame ended by cr, then output", line+"\rnext\n", result, "next\n"),
+		noisy("frame, cr, crlf", line+"\r\r\n", result, "\r\n"),
+		noisy("frame, lf, cr", line+"\n\r", result, "\r"),
+		noisy("frame, lf, lf", line+"\n\n", result, "\n"),
+	)
+	// Any other break ends the line but is not stripped: it stays in the
+	// payload field, where it is not base64.
+	for _, brk := range breaks[3:] {
+		tests = append(tests,
+			invalid(fmt.Sprintf("frame ended by %q", brk), line+brk),
+			invalid(fmt.Sprintf("frame ended by %q, then output", brk), line+brk+"after\n"))
+	}
+	// A break inside the frame cuts it: the first line is the frame line.
+	tests = append(tests,
+		invalid("break inside the payload", line[:len(line)-3]+"\v"+line[len(line)-3:]+"\n"),
+		missing("break inside the prefix", FramePrefix[:4]+"\r"+good[4:]),
+		missing("break between prefix and token", FramePrefix+"\u2028"+good[len(FramePrefix)+1:]),
+	)
+	runCarrierCases(t, tests)
 }
 
 func TestCarrierOversizeCountsEverything(t *testing.T) {
