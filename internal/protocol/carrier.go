@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"hash"
 	"sync"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -81,7 +82,8 @@ func (c *Carrier) Result(resultToken string) (string, Diagnostic) {
 // a frame line ended by another break is invalid) are dropped before its
 // fields are read. A frame
 // line has exactly five fields separated by single spaces: the prefix, the
-// token, the decoded length (decimal digits, at most MaxPayload), the
+// token, the decoded length (read as Python's int() reads it, at most
+// MaxPayload: see parseLength), the
 // lower-case hex SHA-256 of the decoded bytes, and the payload in URL-safe
 // base64, padded or not ('+' and '/' are not accepted). The decoded bytes
 // must be valid UTF-8; they are the returned stdout.
@@ -222,23 +224,93 @@ func parseFrame(line []byte) ([]byte, bool) {
 	return payload, true
 }
 
-// parseLength reads a frame's length field: decimal digits, at most
-// MaxPayload (leading zeros allowed).
+// maxIntDigits is Python's default int_max_str_digits: int() refuses a
+// decimal string of more digits, leading zeros included.
+const maxIntDigits = 4300
+
+// parseLength reads a frame's length field as Python's int() reads a str,
+// and checks 0 <= length <= MaxPayload.
+//
+// int() strips white space (unicode.IsSpace is exactly its set: str.isspace
+// without "\x1c"-"\x1f", which it keeps as ASCII and then refuses), then
+// takes an optional sign and decimal digits of any script (Unicode Nd),
+// with single underscores between digits.
 func parseLength(b []byte) (int, bool) {
-	if len(b) == 0 {
-		return 0, false
+	b = trimSpace(b)
+	negative := false
+	if len(b) > 0 && (b[0] == '+' || b[0] == '-') {
+		negative = b[0] == '-'
+		b = b[1:]
 	}
-	n := 0
-	for _, c := range b {
-		if !isDigit(c) {
+	n, digits, underscore := 0, 0, false
+	for len(b) > 0 {
+		if b[0] == '_' {
+			if digits == 0 || underscore {
+				return 0, false // leading or doubled
+			}
+			underscore = true
+			b = b[1:]
+			continue
+		}
+		d, size := decimalDigit(b)
+		if size == 0 {
 			return 0, false
 		}
-		n = n*10 + int(c-'0')
+		b = b[size:]
+		n, digits, underscore = n*10+d, digits+1, false
 		if n > MaxPayload {
 			return 0, false
 		}
 	}
+	if digits == 0 || underscore || digits > maxIntDigits || negative && n != 0 {
+		return 0, false
+	}
 	return n, true
+}
+
+// trimSpace drops leading and trailing white space as int() does.
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 {
+		r, size := utf8.DecodeRune(b)
+		if !unicode.IsSpace(r) {
+			break
+		}
+		b = b[size:]
+	}
+	for len(b) > 0 {
+		r, size := utf8.DecodeLastRune(b)
+		if !unicode.IsSpace(r) {
+			break
+		}
+		b = b[:len(b)-size]
+	}
+	return b
+}
+
+// decimalDigit returns the value of the decimal digit b starts with, and
+// its length in bytes (0 when b does not start with one). Unicode encodes
+// every set of decimal digits as a run of ten from zero, and unicode.Nd
+// holds them as ranges of whole runs, so a digit's value is its distance
+// from its range's start, modulo ten.
+func decimalDigit(b []byte) (value, size int) {
+	if c := b[0]; c < utf8.RuneSelf {
+		if c >= '0' && c <= '9' {
+			return int(c - '0'), 1
+		}
+		return 0, 0
+	}
+	r, size := utf8.DecodeRune(b)
+	for _, rg := range unicode.Nd.R16 {
+		if lo, hi := rune(rg.Lo), rune(rg.Hi); r >= lo && r <= hi {
+			return int(r-lo) % 10, size
+		}
+	}
+	for _, rg := range unicode.Nd.R32 {
+		if lo, hi := rune(rg.Lo), rune(rg.Hi); r >= lo && r <= hi {
+			return int(r-lo) % 10, size
+		}
+	}
+	return 0, 0
 }
 
 // decodeBase64URL decodes URL-safe base64, with or without padding. Unlike

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // frame builds a frame line for payload, with its "\n".
@@ -75,7 +76,6 @@ func TestParseCarrier(t *testing.T) {
 		{"trailing space", frameFields("39", goodDigest, goodB64+" "), "", counted(DiagInvalid, frameFields("39", goodDigest, goodB64+" "))},
 		{"tab separated", strings.Replace(good, " 39 ", " 39\t", 1), "", counted(DiagInvalid, strings.Replace(good, " 39 ", " 39\t", 1))},
 		// invalid: length
-		{"length not digits", frameFields("+39", goodDigest, goodB64), "", counted(DiagInvalid, frameFields("+39", goodDigest, goodB64))},
 		{"length empty", frameFields("", goodDigest, goodB64), "", counted(DiagInvalid, frameFields("", goodDigest, goodB64))},
 		{"length wrong", frameFields("38", goodDigest, goodB64), "", counted(DiagInvalid, frameFields("38", goodDigest, goodB64))},
 		{"length huge", frameFields("99999999999999999999999", goodDigest, goodB64), "", counted(DiagInvalid, frameFields("99999999999999999999999", goodDigest, goodB64))},
@@ -236,6 +236,78 @@ func TestCarrierLines(t *testing.T) {
 		missing("break between prefix and token", FramePrefix+"\u2028"+good[len(FramePrefix)+1:]),
 	)
 	runCarrierCases(t, tests)
+}
+
+// <length> is read as Python's int() reads a str, then 0 <= length <=
+// MaxPayload.
+func TestCarrierLength(t *testing.T) {
+	three := func(length string) string { return frameFields(length, digestOf("aaa"), "YWFh") }
+	zero := func(length string) string { return frameFields(length, digestOf(""), "") }
+	full := strings.Repeat("a", MaxPayload)
+	fullB64 := base64.RawURLEncoding.EncodeToString([]byte(full))
+	var tests []carrierCase
+	for _, l := range []string{
+		"3", "+3", "003", "0_3", "0_0_3", "+0_3",
+		"\t3", "3\t", "\t+3\t", "\t\t3\t\t", // white space around it (a space would split the field)
+		"\u00a03", "3\u00a0", "\u16803", "\u20003", "\u200a3", "\u202f3", "\u205f3", "\u30003", "\u3000+3\t",
+		"\u0663", "\u06f3", "\u0969", "\u0e53", "\uff13", "\U0001d7d1", "\U0001d7f9", "\U00011f53", // other decimal digits
+		"0\u0663", "\u0660_\u0663", "+\uff10\uff13",
+		strings.Repeat("0", 4299) + "3", // 4300 digits: Python's default limit
+		strings.Repeat("0_", 4299) + "3",
+	} {
+		tests = append(tests, valid(fmt.Sprintf("length %+q", trunc(l)), three(l), "aaa"))
+	}
+	for _, l := range []string{"0", "-0", "+0", "00", "0_0", "-0_0", "-00", "\t-0", "\u0660", "-\u0660", strings.Repeat("0", 4300)} {
+		tests = append(tests, valid(fmt.Sprintf("length %+q", trunc(l)), zero(l), ""))
+	}
+	for _, l := range []string{"2048", "+2048", "2_048", "0002048", "\u0662\u0660\u0664\u0668"} {
+		tests = append(tests, valid(fmt.Sprintf("length %+q", l), frameFields(l, digestOf(full), fullB64), full))
+	}
+	for _, l := range []string{
+		"", "+", "-", "_", "\t", "\u00a0",
+		"-3", "-0_3", "3_", "_3", "0__3", "+_3", "3_\t", "+-3", "-+3", "++3", "+\t3", "\t_3",
+		"\x1f3", "3\x1f", "\x003", "3\x00", "\x7f3", // ASCII separators are not white space to int()
+		"\u200b3", "\u180e3", "\ufeff3", "3\u200b", // neither are these
+		"\u00b3", "\u2083", "\u2163", "\u2462", "\u4e09", "\u00bd", // numbers, but not decimal digits
+		"\xff3", "3\xff", "\xef\xbf\xbd3", // invalid UTF-8 and U+FFFD
+		"3.0", "3e0", "0x3", "0o3", "0b11", "3a", "three",
+		strings.Repeat("0", 4300) + "3", // 4301 digits: over Python's default limit
+		strings.Repeat("0_", 4300) + "3",
+		"99999999999999999999999",
+	} {
+		tests = append(tests, invalid(fmt.Sprintf("length %+q", trunc(l)), three(l)))
+	}
+	tests = append(tests,
+		invalid("length 2049", frame(testToken, full+"a", false)),
+		invalid("length one short", three("2")),
+		invalid("length one over", three("4")),
+		invalid("length 4301 zeros", zero(strings.Repeat("0", 4301))),
+	)
+	runCarrierCases(t, tests)
+}
+
+// trunc shortens a long test value for a test name.
+func trunc(s string) string {
+	if len(s) > 12 {
+		return fmt.Sprintf("%s...(%d bytes)", s[:8], len(s))
+	}
+	return s
+}
+
+// Every set of decimal digits is a run of ten from zero, and unicode.Nd
+// holds whole runs: decimalDigit relies on it.
+func TestDecimalDigitRanges(t *testing.T) {
+	check := func(lo, hi, stride uint32) {
+		if stride != 1 || (hi-lo+1)%10 != 0 {
+			t.Errorf("unicode.Nd range %U-%U stride %d is not whole runs of ten", lo, hi, stride)
+		}
+	}
+	for _, r := range unicode.Nd.R16 {
+		check(uint32(r.Lo), uint32(r.Hi), uint32(r.Stride))
+	}
+	for _, r := range unicode.Nd.R32 {
+		check(r.Lo, r.Hi, r.Stride)
+	}
 }
 
 func TestCarrierOversizeCountsEverything(t *testing.T) {
