@@ -3,7 +3,6 @@ package protocol
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"hash"
 	"sync"
@@ -84,9 +83,11 @@ func (c *Carrier) Result(resultToken string) (string, Diagnostic) {
 // line has exactly five fields separated by single spaces: the prefix, the
 // token, the decoded length (read as Python's int() reads it, at most
 // MaxPayload: see parseLength), the
-// lower-case hex SHA-256 of the decoded bytes, and the payload in URL-safe
-// base64, padded or not ('+' and '/' are not accepted). The decoded bytes
-// must be valid UTF-8; they are the returned stdout.
+// lower-case hex SHA-256 of the decoded bytes, and the payload in base64
+// as Python's b64decode(payload + padding, altchars=b"-_", validate=True)
+// reads it: either alphabet, padding optional or partial (see
+// decodeBase64). The decoded bytes must be valid UTF-8; they are the
+// returned stdout.
 func ParseCarrier(carrier []byte, resultToken string) (string, Diagnostic) {
 	if len(carrier) > CarrierLimit {
 		return "", countedDiagnostic(DiagOversize, carrier)
@@ -98,19 +99,22 @@ func ParseCarrier(carrier []byte, resultToken string) (string, Diagnostic) {
 	case frames > 1:
 		return "", countedDiagnostic(DiagAmbiguous, carrier)
 	}
-	payload, ok := parseFrame(carrier[start:end])
+	line := carrier[start:end]
+	var buf [MaxPayload]byte
+	n, ok := parseFrame(line, resultToken, &buf)
 	if !ok {
 		return "", countedDiagnostic(DiagInvalid, carrier)
 	}
-	if end-start == len(carrier) {
-		return string(payload), NoneDiagnostic()
+	payload := string(buf[:n])
+	if len(line) == len(carrier) {
+		return payload, NoneDiagnostic()
 	}
 	h := sha256.New()
 	h.Write(carrier[:start])
 	h.Write(carrier[end:])
-	return string(payload), Diagnostic{
+	return payload, Diagnostic{
 		Category: DiagUnstructured,
-		Bytes:    int64(len(carrier) - (end - start)),
+		Bytes:    int64(len(carrier) - len(line)),
 		SHA256:   hex.EncodeToString(h.Sum(nil)),
 		Counted:  true,
 	}
@@ -194,34 +198,36 @@ func lineEnd(b []byte, from int) (brk, next int) {
 }
 
 // parseFrame checks a frame line (which starts with the prefix and the
-// token, and ends with its line break) and returns its decoded payload.
-func parseFrame(line []byte) ([]byte, bool) {
-	line = bytes.TrimSuffix(line, []byte("\n"))
-	line = bytes.TrimSuffix(line, []byte("\r"))
-	fields := bytes.Split(line, []byte(" "))
-	if len(fields) != 5 {
-		return nil, false
+// token, and ends with its line break) and decodes its payload into buf,
+// returning the payload's length.
+func parseFrame(line []byte, token string, buf *[MaxPayload]byte) (int, bool) {
+	for len(line) > 0 && (line[len(line)-1] == '\n' || line[len(line)-1] == '\r') {
+		line = line[:len(line)-1]
+	}
+	var fields [4][]byte // the fifth, the payload, is the rest of the line
+	for k := range fields {
+		i := bytes.IndexByte(line, ' ')
+		if i < 0 {
+			return 0, false
+		}
+		fields[k], line = line[:i], line[i+1:]
+	}
+	if string(fields[1]) != token {
+		return 0, false
 	}
 	length, ok := parseLength(fields[2])
 	if !ok {
-		return nil, false
+		return 0, false
 	}
-	digest := fields[3]
-	if len(digest) != 2*sha256.Size || !isLowerHex(string(digest)) {
-		return nil, false
+	digest, ok := parseDigest(fields[3])
+	if !ok {
+		return 0, false
 	}
-	payload, ok := decodeBase64URL(fields[4])
-	if !ok || len(payload) != length {
-		return nil, false
+	n, ok := decodeBase64(line, buf)
+	if !ok || n != length || sha256.Sum256(buf[:n]) != digest || !utf8.Valid(buf[:n]) {
+		return 0, false
 	}
-	sum := sha256.Sum256(payload)
-	if hex.EncodeToString(sum[:]) != string(digest) {
-		return nil, false
-	}
-	if !utf8.Valid(payload) {
-		return nil, false
-	}
-	return payload, true
+	return n, true
 }
 
 // maxIntDigits is Python's default int_max_str_digits: int() refuses a
@@ -313,26 +319,74 @@ func decimalDigit(b []byte) (value, size int) {
 	return 0, 0
 }
 
-// decodeBase64URL decodes URL-safe base64, with or without padding. Unlike
-// encoding/base64 alone it rejects "\r" and "\n" inside the text, and padding
-// that does not complete the last group of four.
-func decodeBase64URL(b []byte) ([]byte, bool) {
-	text := bytes.TrimRight(b, "=")
-	if pad := len(b) - len(text); pad > 0 && (pad > 2 || len(b)%4 != 0) {
-		return nil, false
+// parseDigest reads 64 lower-case hex digits.
+func parseDigest(b []byte) (sum [sha256.Size]byte, ok bool) {
+	if len(b) != 2*sha256.Size {
+		return sum, false
 	}
-	if len(text) > base64.RawURLEncoding.EncodedLen(MaxPayload) {
-		return nil, false
+	for i, c := range b {
+		var v byte
+		switch {
+		case c >= '0' && c <= '9':
+			v = c - '0'
+		case c >= 'a' && c <= 'f':
+			v = c - 'a' + 10
+		default:
+			return sum, false
+		}
+		sum[i/2] = sum[i/2]<<4 | v
 	}
-	for _, c := range text {
-		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return nil, false
+	return sum, true
+}
+
+// base64Value maps both base64 alphabets to their values: "-" and "+" are
+// 62, "_" and "/" are 63. Every other byte is 0xff.
+var base64Value = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
+	}
+	const std = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+	for i := 0; i < len(std); i++ {
+		t[std[i]] = byte(i)
+	}
+	t['-'], t['_'] = 62, 63
+	return t
+}()
+
+// decodeBase64 decodes a frame's payload field into out as the reference
+// does (see ParseCarrier): padding only at the end and never more than the
+// last group needs, no length of 4n+1, bits past the last byte ignored. It
+// refuses a payload longer than out.
+func decodeBase64(b []byte, out *[MaxPayload]byte) (int, bool) {
+	data := len(b)
+	for data > 0 && b[data-1] == '=' {
+		data--
+	}
+	if pad := len(b) - data; data%4 == 1 || pad > (4-data%4)%4 {
+		return 0, false
+	}
+	if data*3/4 > len(out) {
+		return 0, false
+	}
+	n, acc := 0, uint32(0)
+	for i, c := range b[:data] {
+		v := base64Value[c]
+		if v == 0xff {
+			return 0, false // "=" inside, white space, anything else
+		}
+		acc = acc<<6 | uint32(v)
+		if i%4 == 3 {
+			out[n], out[n+1], out[n+2] = byte(acc>>16), byte(acc>>8), byte(acc)
+			n, acc = n+3, 0
 		}
 	}
-	out := make([]byte, base64.RawURLEncoding.DecodedLen(len(text)))
-	n, err := base64.RawURLEncoding.Decode(out, text)
-	if err != nil {
-		return nil, false
+	switch data % 4 {
+	case 2:
+		out[n] = byte(acc >> 4)
+		n++
+	case 3:
+		out[n], out[n+1] = byte(acc>>10), byte(acc>>2)
+		n += 2
 	}
-	return out[:n], true
+	return n, true
 }
