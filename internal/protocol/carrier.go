@@ -88,6 +88,11 @@ func (c *Carrier) Result(resultToken string) (string, Diagnostic) {
 // reads it: either alphabet, padding optional or partial (see
 // decodeBase64). The decoded bytes must be valid UTF-8; they are the
 // returned stdout.
+//
+// The carrier without the frame line is the carrier without the first
+// occurrence of the frame line's bytes, as the reference's
+// carrier.replace(frame, "", 1) has it: the end of an earlier line that ends
+// with the same text, if there is one.
 func ParseCarrier(carrier []byte, resultToken string) (string, Diagnostic) {
 	if len(carrier) > CarrierLimit {
 		return "", countedDiagnostic(DiagOversize, carrier)
@@ -109,9 +114,10 @@ func ParseCarrier(carrier []byte, resultToken string) (string, Diagnostic) {
 	if len(line) == len(carrier) {
 		return payload, NoneDiagnostic()
 	}
+	at := bytes.Index(carrier, line) // at or before start
 	h := sha256.New()
-	h.Write(carrier[:start])
-	h.Write(carrier[end:])
+	h.Write(carrier[:at])
+	h.Write(carrier[at+len(line):])
 	return payload, Diagnostic{
 		Category: DiagUnstructured,
 		Bytes:    int64(len(carrier) - len(line)),

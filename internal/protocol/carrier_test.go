@@ -333,6 +333,24 @@ func TestCarrierBase64(t *testing.T) {
 	runCarrierCases(t, tests)
 }
 
+// unstructured-output counts the carrier without the frame line as the
+// reference computes it: carrier.replace(frame, "", 1), the first occurrence
+// of the frame line's text, which is an earlier line's end when that line
+// ends with the same text. Bytes are counted raw.
+func TestCarrierNoise(t *testing.T) {
+	const result = `{"kind":"settled"}`
+	good := frame(testToken, result, false)
+	line := strings.TrimSuffix(good, "\n")
+	runCarrierCases(t, []carrierCase{
+		noisy("output before and after", "a\n"+good+"b\n", result, "a\nb\n"),
+		noisy("frame text ending an earlier line", "a"+good+"b\n"+good, result, "ab\n"+good),
+		noisy("unterminated frame text inside an earlier line", "say "+line+" more\n"+line, result, "say  more\n"+line),
+		noisy("cr-ended frame text before the lf of an earlier line", "a"+line+"\r\n"+line+"\rz", result, "a\n"+line+"\rz"),
+		noisy("invalid UTF-8 counted raw", "\xff\xfe\n"+good, result, "\xff\xfe\n"),
+		noisy("a lone 85 byte counted raw", "\x85\n"+good, result, "\x85\n"),
+	})
+}
+
 func TestCarrierOversizeCountsEverything(t *testing.T) {
 	c := NewCarrier()
 	h := sha256.New()
