@@ -62,7 +62,9 @@ func (c *Carrier) Result(resultToken string) (string, Diagnostic) {
 	return ParseCarrier(c.buf, resultToken)
 }
 
-// ParseCarrier applies the carrier rules of section 5 to a complete carrier:
+// ParseCarrier applies the carrier rules of section 5 to a complete carrier,
+// exactly as Maka's reference relay (_decode_result_carrier in
+// packages/eval/harbor/relay_agent.py) reads the same bytes:
 //
 //	carrier longer than CarrierLimit                 "", result-frame-oversize, counts of the carrier
 //	no line starts with "<FramePrefix> <token> "     "", result-frame-missing, counts of the carrier
@@ -71,28 +73,35 @@ func (c *Carrier) Result(resultToken string) (string, Diagnostic) {
 //	a valid frame, and other output too              payload, unstructured-output, counts of the carrier without the frame line
 //	a valid frame and nothing else                   payload, none
 //
-// Lines split where Python's str.splitlines() splits them, as Maka's
-// reference relay (_decode_result_carrier in
-// packages/eval/harbor/relay_agent.py) reads the carrier: after "\n",
-// "\r\n", "\r", "\v", "\f", "\x1c", "\x1d", "\x1e", U+0085, U+2028 or
-// U+2029 (as UTF-8: C2 85, E2 80 A8, E2 80 A9). Invalid UTF-8 is no break:
-// the reference sees it as U+FFFD. The last line needs no break. The frame
-// line is taken with its line break, and trailing "\r" and "\n" (only those:
-// a frame line ended by another break is invalid) are dropped before its
-// fields are read. A frame
-// line has exactly five fields separated by single spaces: the prefix, the
-// token, the decoded length (read as Python's int() reads it, at most
-// MaxPayload: see parseLength), the
-// lower-case hex SHA-256 of the decoded bytes, and the payload in base64
-// as Python's b64decode(payload + padding, altchars=b"-_", validate=True)
-// reads it: either alphabet, padding optional or partial (see
-// decodeBase64). The decoded bytes must be valid UTF-8; they are the
-// returned stdout.
+// The rules, each as the reference has it in Python:
 //
-// The carrier without the frame line is the carrier without the first
-// occurrence of the frame line's bytes, as the reference's
-// carrier.replace(frame, "", 1) has it: the end of an earlier line that ends
-// with the same text, if there is one.
+//	lines        str.splitlines(keepends=True) of the carrier decoded as UTF-8, invalid bytes replaced:
+//	             a line ends after "\n", "\r\n", "\r", "\v", "\f", "\x1c", "\x1d", "\x1e", U+0085,
+//	             U+2028 or U+2029 (as UTF-8: C2 85, E2 80 A8, E2 80 A9); a stray 85 byte is no
+//	             break; the last line needs none
+//	frame line   the one line that starts with "<FramePrefix> <token> ", with its line break
+//	fields       line.rstrip("\r\n").split(" ", 4): exactly five; only "\r" and "\n" are
+//	             stripped, so a frame line ended by another break is invalid (the break is
+//	             left in the payload field)
+//	<length>     int(): white space around (str.isspace but not "\x1c"-"\x1f"), then an optional
+//	             "+" or "-", then decimal digits (any Unicode Nd digit), single "_" between
+//	             digits, leading zeros allowed, at most 4300 digits (Python's default
+//	             int_max_str_digits); then 0 <= length <= MaxPayload ("-0" is 0)
+//	<sha256>     re.fullmatch("[0-9a-f]{64}") and equal to the SHA-256 of the decoded bytes
+//	<payload>    base64.b64decode(payload + "="*(-len(payload)%4), altchars=b"-_", validate=True)
+//	             as Python 3.12.4 and later decode it: "-" and "+" are 62, "_" and "/" are 63
+//	             (either alphabet, even mixed); padding only at the end, optional or partial,
+//	             never more than the last group needs ("YQ", "YQ=", "YQ==" are "a"; "YWFh=" is
+//	             invalid); a length of 4n+1 characters is invalid; bits past the last byte are
+//	             ignored; any other character is invalid; decoded length == <length>
+//	UTF-8        the decoded bytes decode as strict UTF-8; they are the returned stdout
+//	noise        carrier.replace(frame, "", 1): the carrier without the first occurrence of the
+//	             frame line's bytes, which is the end of an earlier line when that line ends
+//	             with the same text
+//
+// Unlike the reference, which sees text its framework decoded (each invalid
+// sequence U+FFFD, three bytes), the counts are of raw bytes (section 5:
+// "bytes counts raw bytes"); where the carrier is UTF-8 the two agree.
 func ParseCarrier(carrier []byte, resultToken string) (string, Diagnostic) {
 	if len(carrier) > CarrierLimit {
 		return "", countedDiagnostic(DiagOversize, carrier)
