@@ -200,6 +200,15 @@ func FuzzParseCarrier(f *testing.F) {
 	f.Add([]byte(frameFields("3", digestOf("?>>"), "Pz4+")), []byte(strings.Repeat("z", MaxPayload)), true)
 	f.Add([]byte(FramePrefix+" "+testToken+" "), []byte(strings.Repeat("z", MaxPayload+1)), false)
 	f.Add([]byte("\x00\xff\r\r\n\n"), []byte("\x00"), true)
+	// The reference's rules: other line breaks, Python's int(), either
+	// alphabet with partial padding, and the first occurrence of the frame.
+	f.Add([]byte("progress 50%\r"+good), []byte("\u2028\u0085"), false)
+	f.Add([]byte("x\f"+strings.TrimSuffix(good, "\n")+"\u2029y\x1cz\x85\xc2\x85"), []byte("\v\f\x1c"), true)
+	f.Add([]byte(frameFields("\t+0_0_3\u3000", digestOf("aaa"), "YWFh")), []byte("aaa"), false)
+	f.Add([]byte(frameFields("\u0663", digestOf("?>>"), "Pz4+")), []byte("-_+/="), true)
+	f.Add([]byte(frameFields("-0", digestOf(""), "")), []byte(""), true)
+	f.Add([]byte(frameFields("1", digestOf("a"), "YQ=")), []byte("a"), false)
+	f.Add([]byte("a"+good+"b\n"+good), []byte("b"), false)
 	f.Fuzz(func(t *testing.T, carrier, payload []byte, padded bool) {
 		stdout, diag := ParseCarrier(carrier, testToken)
 		if !knownCarrierCategories[diag.Category] {
