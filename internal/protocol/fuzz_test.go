@@ -161,6 +161,33 @@ var knownCarrierCategories = map[string]bool{
 	DiagNone: true, DiagOversize: true, DiagMissing: true, DiagAmbiguous: true, DiagInvalid: true, DiagUnstructured: true,
 }
 
+// modelCarrierLines is Python's str.splitlines(keepends=True) written the
+// simple way, on bytes decoded one character at a time (an invalid byte is
+// one character that is no line break, as U+FFFD is in the reference).
+func modelCarrierLines(b []byte) [][]byte {
+	var lines [][]byte
+	start := 0
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		i += size
+		switch r {
+		case '\r':
+			if i < len(b) && b[i] == '\n' {
+				i++
+			}
+		case '\n', '\v', '\f', 0x1c, 0x1d, 0x1e, 0x85, 0x2028, 0x2029:
+		default:
+			continue
+		}
+		lines = append(lines, b[start:i])
+		start = i
+	}
+	if start < len(b) {
+		lines = append(lines, b[start:])
+	}
+	return lines
+}
+
 func FuzzParseCarrier(f *testing.F) {
 	good := frame(testToken, `{"kind":"settled"}`, false)
 	f.Add([]byte(good), []byte(`{"kind":"settled","status":"completed"}`), false)
@@ -173,6 +200,15 @@ func FuzzParseCarrier(f *testing.F) {
 	f.Add([]byte(frameFields("3", digestOf("?>>"), "Pz4+")), []byte(strings.Repeat("z", MaxPayload)), true)
 	f.Add([]byte(FramePrefix+" "+testToken+" "), []byte(strings.Repeat("z", MaxPayload+1)), false)
 	f.Add([]byte("\x00\xff\r\r\n\n"), []byte("\x00"), true)
+	// The reference's rules: other line breaks, Python's int(), either
+	// alphabet with partial padding, and the first occurrence of the frame.
+	f.Add([]byte("progress 50%\r"+good), []byte("\u2028\u0085"), false)
+	f.Add([]byte("x\f"+strings.TrimSuffix(good, "\n")+"\u2029y\x1cz\x85\xc2\x85"), []byte("\v\f\x1c"), true)
+	f.Add([]byte(frameFields("\t+0_0_3\u3000", digestOf("aaa"), "YWFh")), []byte("aaa"), false)
+	f.Add([]byte(frameFields("\u0663", digestOf("?>>"), "Pz4+")), []byte("-_+/="), true)
+	f.Add([]byte(frameFields("-0", digestOf(""), "")), []byte(""), true)
+	f.Add([]byte(frameFields("1", digestOf("a"), "YQ=")), []byte("a"), false)
+	f.Add([]byte("a"+good+"b\n"+good), []byte("b"), false)
 	f.Fuzz(func(t *testing.T, carrier, payload []byte, padded bool) {
 		stdout, diag := ParseCarrier(carrier, testToken)
 		if !knownCarrierCategories[diag.Category] {
@@ -193,6 +229,22 @@ func FuzzParseCarrier(f *testing.F) {
 			t.Fatalf("Carrier.Result: got %q, %+v; want %q, %+v", cs, cd, stdout, diag)
 		}
 
+		// The fast scan for frame lines finds what splitting every line finds.
+		prefix := []byte(FramePrefix + " " + testToken + " ")
+		frames, first := 0, []byte(nil)
+		for _, line := range modelCarrierLines(carrier) {
+			if bytes.HasPrefix(line, prefix) {
+				if frames++; frames == 1 {
+					first = line
+				}
+			}
+		}
+		start, end, n := findFrameLine(carrier, testToken)
+		if min(n, 2) != min(frames, 2) || n == 1 && !bytes.Equal(carrier[start:end], first) {
+			t.Fatalf("findFrameLine: got %d lines, the first %q; the lines of the carrier hold %d, the first %q",
+				n, carrier[start:end], frames, first)
+		}
+
 		// A frame made from any valid payload round-trips.
 		if len(payload) > MaxPayload || !utf8.Valid(payload) {
 			return
@@ -202,13 +254,13 @@ func FuzzParseCarrier(f *testing.F) {
 			t.Fatalf("ParseCarrier(frame of %q): got %q, %+v; want the payload, none", payload, got, d)
 		}
 		// With the fuzzed carrier as other output before it, when that holds
-		// no frame line of its own and the whole fits.
+		// no frame line of its own, nor the frame line's text (whose first
+		// occurrence would be the one removed), and the whole fits.
 		noise := append([]byte(nil), carrier...)
 		if len(noise) > 0 && noise[len(noise)-1] != '\n' {
 			noise = append(noise, '\n')
 		}
-		prefix := []byte(FramePrefix + " " + testToken + " ")
-		if bytes.HasPrefix(noise, prefix) || bytes.Contains(noise, append([]byte("\n"), prefix...)) ||
+		if _, _, n := findFrameLine(noise, testToken); n > 0 || bytes.Contains(noise, []byte(line)) ||
 			len(noise)+len(line) > CarrierLimit || len(noise) == 0 {
 			return
 		}
