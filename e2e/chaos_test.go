@@ -58,6 +58,10 @@ type chaosShape struct {
 	script   string // %[1]s is the pid file, %[2]d an exit code
 	endless  bool   // only the framework ends it
 	survives bool   // leaves recorded processes running when it exits
+	// attack, when set, runs that program of testdata/attacks with a marker
+	// and these arguments instead of script: a subject that hides members.
+	attack     string
+	attackArgs []string
 }
 
 var chaosShapes = []chaosShape{
@@ -68,6 +72,9 @@ var chaosShapes = []chaosShape{
 	{name: "flood", script: `head -c 3000000 /dev/zero; head -c 1000000 /dev/zero >&2; exit %[2]d`},
 	{name: "endless", script: `echo $$ >> %[1]s; exec sleep 300`, endless: true},
 	{name: "escapee", script: `setsid sh -c 'echo $$ >> %[1]s; exec sleep 300' & ( sh -c 'echo $$ >> %[1]s; exec setsid sleep 300' & ); echo $$ >> %[1]s; exec sleep 300`, endless: true},
+	{name: "threads-outlive-main", attack: "leaderexit", endless: true},
+	{name: "clone-parent", attack: "cloneparent", attackArgs: []string{"setsid"}, endless: true},
+	{name: "fork-exit-chain", attack: "chain", attackArgs: []string{"stay", "setsid"}, endless: true},
 	{name: "term-ignoring", script: `trap '' TERM; echo $$ >> %[1]s; sh -c 'trap "" TERM; echo $$ >> %[1]s; while :; do sleep 0.05; done' & while :; do sleep 0.05; done`, endless: true},
 }
 
@@ -155,6 +162,13 @@ func (ch *chaos) scenario(i int, mech string, shape chaosShape, behaviour string
 	code := ch.rng.Intn(6)
 	script := fmt.Sprintf(shape.script, q(pids), code)
 	req := msg{"kind": "execute", "id": i, "command": "/bin/sh", "args": []string{"-c", script}}
+	marker := ""
+	if shape.attack != "" {
+		marker = "relayd-attack-" + newToken()
+		req["command"] = attack(t, shape.attack)
+		req["args"] = append([]string{marker, "60"}, shape.attackArgs...)
+		defer killMarked(t, marker, nil)
+	}
 	if ch.rng.Intn(3) == 0 {
 		req["resultToken"] = strings.Repeat("5a", 16)
 	}
@@ -205,7 +219,7 @@ func (ch *chaos) scenario(i int, mech string, shape chaosShape, behaviour string
 		ch.check(r != nil && r["kind"] == "executed", "verify: want executed first, got %v", r)
 		v := c.read(10 * time.Second)
 		ch.check(v != nil && v["kind"] == "verified", "verify: want verified, got %v", v)
-		ch.check(v["quiescent"] == true, "verify: not quiescent: %v", v)
+		ch.check(v["quiescent"] == true || (marker != "" && r["settlement"] != "settled"), "verify: not quiescent: %v", v)
 		p := c.request(msg{"kind": "ready", "id": "after"})
 		ch.check(p["kind"] == "ready" && p["id"] == "after", "an extra reply was queued: %v", p)
 	case "disconnect":
@@ -245,7 +259,7 @@ func (ch *chaos) scenario(i int, mech string, shape chaosShape, behaviour string
 		ch.check(v != nil && v["kind"] == "verified", "dial-out verify: %v", v)
 		ch.check(dd.wait(10*time.Second) == 0, "dial-out relayd exit status not 0 after verify")
 	}
-	ch.checkReply(r, shape, code, pids)
+	ch.checkReply(r, shape, code, pids, marker)
 	for _, c := range opened {
 		c.c.Close()
 	}
@@ -255,7 +269,7 @@ func (ch *chaos) scenario(i int, mech string, shape chaosShape, behaviour string
 }
 
 // checkReply applies the invariants to one executed reply.
-func (ch *chaos) checkReply(r msg, shape chaosShape, code int, pids string) {
+func (ch *chaos) checkReply(r msg, shape chaosShape, code int, pids string, marker string) {
 	t := ch.t
 	ch.check(r != nil, "no executed reply")
 	if r == nil {
@@ -264,13 +278,20 @@ func (ch *chaos) checkReply(r msg, shape chaosShape, code int, pids string) {
 	term, settlement := fmt.Sprint(r["termination"]), fmt.Sprint(r["settlement"])
 	ch.outcomes[term+"/"+settlement]++
 	recorded := readPids(pids)
-	switch term {
-	case "framework_timeout":
+	switch {
+	case term == "framework_timeout" && marker != "":
+		// A subject that hides members may end in a destroy; never in a
+		// settlement while one lives.
+		if settlement == "settled" {
+			live := markedAlive(marker, pidsIn(fmt.Sprint(r["stdout"])), 100*time.Millisecond)
+			ch.check(len(live) == 0, "settled while members %v of a hiding subject live", live)
+		}
+	case term == "framework_timeout":
 		ch.check(settlement == "settled", "framework_timeout with settlement %s", settlement)
 		for _, pid := range recorded {
 			ch.check(!alive(pid), "process %d of a settled scope is alive (%s)", pid, cmdline(pid))
 		}
-	case "exited":
+	case term == "exited":
 		ch.check(settlement == "none", "exited with settlement %s", settlement)
 		ch.check(!shape.endless, "an endless subject reported exited: %v", r)
 		if r["exitCode"] != nil {

@@ -512,7 +512,7 @@ func TestRunVersion(t *testing.T) {
 	for _, args := range [][]string{{"--version"}, {"--version", "--listen", "127.0.0.1:0"}} {
 		var stdout, stderr bytes.Buffer
 		// No token anywhere: --version needs none, and must not listen.
-		if err := run(args, noEnv, &stdout, &stderr); err != nil {
+		if err := run(args, noEnv, &stdout, &stderr, nil); err != nil {
 			t.Fatalf("run(%q) = %v; want nil", args, err)
 		}
 		if !strings.HasPrefix(stdout.String(), "relayd ") || !strings.Contains(stdout.String(), version) {
@@ -543,7 +543,7 @@ func TestActionsHaveNoTwin(t *testing.T) {
 	// Not even through run: with RELAYD_VERSION set relayd goes on to start
 	// (and here stops at the missing token) instead of printing its version.
 	var stdout bytes.Buffer
-	err := run(nil, envOf(map[string]string{"RELAYD_VERSION": "true"}), &stdout, &bytes.Buffer{})
+	err := run(nil, envOf(map[string]string{"RELAYD_VERSION": "true"}), &stdout, &bytes.Buffer{}, nil)
 	if err == nil || stdout.Len() != 0 {
 		t.Fatalf("run with RELAYD_VERSION=true = %v, stdout %q; want it ignored (a token error)", err, stdout.String())
 	}
@@ -551,7 +551,7 @@ func TestActionsHaveNoTwin(t *testing.T) {
 
 func TestRunUsageErrors(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	err := run([]string{"--scope", "jail"}, noEnv, &stdout, &stderr)
+	err := run([]string{"--scope", "jail"}, noEnv, &stdout, &stderr, nil)
 	var ee *exitError
 	if !errors.As(err, &ee) || ee.code != exitUsage {
 		t.Fatalf("run(--scope jail) = %v; want an exitError with code %d", err, exitUsage)
@@ -563,13 +563,13 @@ func TestRunUsageErrors(t *testing.T) {
 		t.Fatalf("a usage error wrote %q to stdout", stdout.String())
 	}
 
-	err = run(nil, noEnv, &stdout, &stderr) // no token
+	err = run(nil, noEnv, &stdout, &stderr, nil) // no token
 	if !errors.As(err, &ee) || ee.code != exitUsage || !strings.Contains(err.Error(), "token") {
 		t.Fatalf("run without a token = %v; want a usage error about the token", err)
 	}
 
 	stdout.Reset()
-	if err := run([]string{"--help"}, noEnv, &stdout, &stderr); err != nil {
+	if err := run([]string{"--help"}, noEnv, &stdout, &stderr, nil); err != nil {
 		t.Fatalf("run(--help) = %v; want nil", err)
 	}
 	for _, f := range allFlags(t) {
@@ -605,7 +605,7 @@ func TestRunRefusesUnusableCgroup(t *testing.T) {
 			done := make(chan error, 1)
 			go func() {
 				var stdout, stderr bytes.Buffer
-				done <- run(args, envOf(map[string]string{"RELAYD_TOKEN": "tok"}), &stdout, &stderr)
+				done <- run(args, envOf(map[string]string{"RELAYD_TOKEN": "tok"}), &stdout, &stderr, nil)
 			}()
 			var err error
 			select {
@@ -655,7 +655,7 @@ func TestRunRefusesBadDirectories(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			err := run(append(tt.args, "--listen", "127.0.0.1:0"), envOf(map[string]string{"RELAYD_TOKEN": "tok"}), &stdout, &stderr)
+			err := run(append(tt.args, "--listen", "127.0.0.1:0"), envOf(map[string]string{"RELAYD_TOKEN": "tok"}), &stdout, &stderr, nil)
 			var ee *exitError
 			if !errors.As(err, &ee) || ee.code != exitUsage {
 				t.Fatalf("run(%q) = %v; want a usage error (exit %d)", tt.args, err, exitUsage)

@@ -337,7 +337,11 @@ func (s *cgScope) Signal(sig syscall.Signal) error {
 			if err := writeFile(filepath.Join(s.dir, "cgroup.kill"), "1"); err != nil {
 				return fmt.Errorf("exec: cgroup.kill %s: %w", s.dir, err)
 			}
-			return nil
+			// cgroup.kill signals each process's main thread; one whose main
+			// thread has exited while others run does not take it, so every
+			// listed process also gets SIGKILL through a pidfd, which goes
+			// to the whole thread group.
+			return s.signalEach(syscall.SIGKILL)
 		}
 		return s.freezeAndKill()
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -18,31 +19,71 @@ import (
 const ProcessGroup = "process-group"
 
 // Tracker follows process-group scopes through the process tree. Each
-// subject starts in a session of its own; a scope's members are the
-// processes of that session, the processes seen in the scope before
-// (identified by pid and start time, so a reused pid is not a member), every
-// descendant of a member, and orphans adopted by relayd (a child subreaper or
-// PID 1) that were born while the scope was live. It rescans on a short
-// interval so that a double fork is usually seen while its parent is alive.
+// subject starts in a session of its own. A scope's members are the
+// processes seen in it before (identified by pid and start time, so a
+// reused pid is not a member), every process of a session that a member
+// made (the subject's own, and any a member made with setsid), every
+// descendant of a member, and the orphans that come to relayd (a child
+// subreaper, or PID 1) and can be attributed to it (attribute). It rescans
+// on a short interval so that a double fork is usually seen while its parent
+// is alive.
+//
+// The evidence of a look (protocol rule 6.5) holds against a subject that
+// hides:
+//   - a process whose main thread has exited while other threads run is
+//     alive (procEntry.dead), and the children of all its threads are read;
+//   - relayd's own children are read from the two threads that can have
+//     any: the main thread, which adopts orphans, and the spawner, which
+//     forks every subject and so gets their clone(CLONE_PARENT) children;
+//   - a look that found a scope empty reads relayd's children once more and
+//     walks whatever came since, until nothing new comes (a fork-and-exit
+//     chain never lets it settle: the look fails, which counts as alive);
+//   - an orphan that came to relayd after a scope began and that cannot be
+//     attributed to one scope counts for the evidence of every scope it
+//     could come from (unclaimed): it is listed, and blocks their
+//     settlement until it is gone, but only a destroy signals it.
 type Tracker struct {
-	mu         sync.Mutex
-	procRoot   string // "/proc"; tests point it elsewhere to fault the evidence
-	self       int
-	reaper     *Reaper
-	scopes     map[*pgScope]struct{}
-	attributed map[Member]bool // adopted orphans already given to scopes
-	walk       bool            // look by following the process tree, not by reading all of /proc
+	mu       sync.Mutex
+	procRoot string // "/proc"; tests point it elsewhere to fault the evidence
+	self     int
+	threads  []int // relayd's threads that can have children: main, spawner
+	reaper   *Reaper
+	scopes   map[*pgScope]struct{}
+	walk     bool // look by following the process tree, not by reading all of /proc
+
+	// unclaimed are orphans that came to relayd and could come from more
+	// than one scope: each maps to the scopes it could come from.
+	unclaimed map[Member][]*pgScope
+	// seen is what the last complete look found, and for each process the
+	// scope it belonged to (nil for none); seenTick is when that look began.
+	// An orphan that was seen is not attributed anew, and one that existed
+	// then without being seen came from outside relayd's care.
+	seen        map[Member]*pgScope
+	foreignSids map[int]bool // sessions of the processes of no scope at that look
+	seenTick    uint64
 }
+
+// maxLookRounds bounds how often a look reads relayd's children again
+// because new ones came while it walked.
+const maxLookRounds = 16
+
+// errUnstable means new children kept coming to relayd while a look
+// walked: the look is not complete and proves nothing.
+var errUnstable = errors.New("exec: processes kept coming to relayd during the look (a fork-and-exit chain?)")
 
 // NewTracker starts a tracker that rescans every interval while scopes are
 // live, until ctx ends.
 func NewTracker(ctx context.Context, reaper *Reaper, interval time.Duration) *Tracker {
 	t := &Tracker{
-		procRoot:   "/proc",
-		self:       unix.Getpid(),
-		reaper:     reaper,
-		scopes:     make(map[*pgScope]struct{}),
-		attributed: make(map[Member]bool),
+		procRoot:  "/proc",
+		self:      unix.Getpid(),
+		reaper:    reaper,
+		scopes:    make(map[*pgScope]struct{}),
+		unclaimed: make(map[Member][]*pgScope),
+	}
+	t.threads = []int{t.self}
+	if reaper != nil && reaper.SpawnerTID() != t.self {
+		t.threads = append(t.threads, reaper.SpawnerTID())
 	}
 	if root := faultProcRoot(); root != "" {
 		t.procRoot = root
@@ -86,6 +127,7 @@ type pgScope struct {
 	sid   int            // the subject's pid, which is its session id
 	start uint64         // a lower bound of the subject's start time, in ticks
 	known map[int]uint64 // members at the last look: pid -> start
+	sids  map[int]bool   // the sessions of those members
 	live  bool           // registered with the tracker
 }
 
@@ -108,6 +150,7 @@ func (s *pgScope) started(pid int) {
 	// /proc/PID/stat here, while the subject is still in execve, cost a
 	// twentieth of relayd's time per execute.
 	s.known[pid] = 0
+	s.sids = map[int]bool{pid: true}
 	s.live = true
 	s.t.scopes[s] = struct{}{}
 }
@@ -120,40 +163,87 @@ func (s *pgScope) Close() {
 	defer s.t.mu.Unlock()
 	delete(s.t.scopes, s)
 	s.live = false
+	for m, from := range s.t.unclaimed {
+		if rest := slices.DeleteFunc(slices.Clone(from), func(o *pgScope) bool { return o == s }); len(rest) > 0 {
+			s.t.unclaimed[m] = rest
+		} else {
+			delete(s.t.unclaimed, m)
+		}
+	}
 }
 
+// Members lists the members of one look, and the unclaimed orphans that
+// could be the scope's (Member.Unclaimed). An error means the look was not
+// complete.
 func (s *pgScope) Members() ([]Member, error) {
 	s.t.mu.Lock()
 	defer s.t.mu.Unlock()
-	if err := s.t.refreshLocked(); err != nil {
+	if err := s.lookLocked(); err != nil {
 		return nil, err
 	}
-	if !s.live {
-		if err := s.t.lookLocked(s); err != nil {
-			return nil, err
-		}
+	return s.membersLocked(), nil
+}
+
+func (s *pgScope) lookLocked() error {
+	if s.live {
+		return s.t.refreshLocked()
 	}
+	_, err := s.t.lookAt([]*pgScope{s}, false)
+	return err
+}
+
+func (s *pgScope) membersLocked() []Member {
 	out := make([]Member, 0, len(s.known))
 	for pid, start := range s.known {
 		out = append(out, Member{PID: pid, Start: start})
 	}
-	return out, nil
+	for m, from := range s.t.unclaimed {
+		if slices.Contains(from, s) {
+			out = append(out, Member{PID: m.PID, Start: m.Start, Unclaimed: true})
+		}
+	}
+	return out
 }
 
+// Signal signals every member a look finds, not the unclaimed orphans. A
+// look that was not complete still signals what it found, and reports why
+// it proves nothing.
 func (s *pgScope) Signal(sig syscall.Signal) error {
-	members, err := s.Members()
-	if err != nil {
-		return err
+	s.t.mu.Lock()
+	err := s.lookLocked()
+	members := s.membersLocked()
+	s.t.mu.Unlock()
+	if serr := s.SignalMembers(members, sig); err == nil {
+		err = serr
 	}
-	return s.SignalMembers(members, sig)
+	return err
+}
+
+// SignalAll is Signal for a destroy: the unclaimed orphans that could be
+// the scope's are signalled too.
+func (s *pgScope) SignalAll(sig syscall.Signal) error {
+	s.t.mu.Lock()
+	err := s.lookLocked()
+	members := s.membersLocked()
+	s.t.mu.Unlock()
+	for i := range members {
+		members[i].Unclaimed = false
+	}
+	if serr := s.SignalMembers(members, sig); err == nil {
+		err = serr
+	}
+	return err
 }
 
 // SignalMembers signals the members a look has just found, without looking
 // again (settling calls it with what its own look saw). Each is checked by
-// its start time, as in Signal.
+// its start time, as in Signal; unclaimed orphans are left out.
 func (s *pgScope) SignalMembers(members []Member, sig syscall.Signal) error {
 	var first error
 	for _, m := range members {
+		if m.Unclaimed {
+			continue
+		}
 		if err := signalMember(s.t.procRoot, m, sig); err != nil && first == nil {
 			first = err
 		}
@@ -161,57 +251,131 @@ func (s *pgScope) SignalMembers(members []Member, sig syscall.Signal) error {
 	return first
 }
 
-// refreshLocked looks at the process table once and updates every live scope.
+// refreshLocked looks once and updates every live scope. A look that was
+// not complete still updates them with what it found.
 func (t *Tracker) refreshLocked() error {
 	scopes := make([]*pgScope, 0, len(t.scopes))
 	for s := range t.scopes {
 		scopes = append(scopes, s)
 	}
-	table, err := t.lookAt(scopes)
-	if err != nil {
-		return err
+	began := nowTicks()
+	table, err := t.lookAt(scopes, true)
+	if table != nil && err == nil {
+		t.remember(table, scopes, began)
 	}
-	t.attributeOrphans(table)
-	return nil
-}
-
-// lookLocked updates one scope that is no longer registered (closed), for a
-// last look at what is left of it.
-func (t *Tracker) lookLocked(s *pgScope) error {
-	_, err := t.lookAt([]*pgScope{s})
 	return err
 }
 
 // lookAt reads the process table (the part reachable from the scopes'
 // members and from relayd's children where the tree can be followed, else
-// all of it) and updates the scopes from it.
-func (t *Tracker) lookAt(scopes []*pgScope) (map[int]procEntry, error) {
+// all of it), updates the scopes from it and attributes the orphans that
+// came to relayd (only when scopes are every live scope: a last look at a
+// closed scope attributes nothing). When a scope is then empty, relayd's
+// children are read again, and what came since is walked, until nothing new
+// comes.
+func (t *Tracker) lookAt(scopes []*pgScope, all bool) (map[int]procEntry, error) {
 	var table map[int]procEntry
-	var err error
-	var roots []int
+	var queue []int
 	if t.walk {
 		for _, s := range scopes {
 			for pid := range s.known {
-				roots = append(roots, pid)
+				queue = append(queue, pid)
+			}
+		}
+		if all {
+			for m := range t.unclaimed {
+				queue = append(queue, m.PID)
 			}
 		}
 	}
-	if t.walk && !scanIsCheaper(t.procRoot, len(roots)) {
-		table, err = walkTable(t.procRoot, t.self, roots)
+	if !t.walk || scanIsCheaper(t.procRoot, len(queue)) {
+		var err error
+		if table, err = procTable(t.procRoot); err != nil {
+			return nil, err
+		}
+		queue = queue[:0]
 	} else {
-		table, err = procTable(t.procRoot)
+		table = make(map[int]procEntry, len(queue)+8)
 	}
-	if err != nil {
-		return nil, err
+	if t.walk {
+		kids, err := t.selfChildren()
+		if err != nil {
+			return nil, err
+		}
+		queue = append(queue, kids...)
 	}
-	children := make(map[int][]int, len(table))
-	for pid, e := range table {
-		children[e.ppid] = append(children[e.ppid], pid)
+	buf := make([]byte, 1024)
+	for round := 0; ; round++ {
+		walkInto(t.procRoot, t.self, table, queue, buf)
+		children := make(map[int][]int, len(table))
+		for pid, e := range table {
+			children[e.ppid] = append(children[e.ppid], pid)
+		}
+		for _, s := range scopes {
+			s.update(table, children)
+		}
+		if all {
+			t.attribute(table, children, scopes)
+		}
+		if !t.walk || !anyEmpty(scopes, t.unclaimed) {
+			return table, nil
+		}
+		again, err := t.selfChildren()
+		if err != nil {
+			return table, err
+		}
+		queue = queue[:0]
+		for _, pid := range again {
+			if _, ok := table[pid]; !ok {
+				queue = append(queue, pid)
+			}
+		}
+		if len(queue) == 0 {
+			return table, nil
+		}
+		if round == maxLookRounds {
+			return table, errUnstable
+		}
 	}
+}
+
+// anyEmpty reports whether a scope has no member and no unclaimed orphan:
+// only then does a look count as evidence, and must be complete.
+func anyEmpty(scopes []*pgScope, unclaimed map[Member][]*pgScope) bool {
 	for _, s := range scopes {
-		s.update(table, children)
+		if len(s.known) > 0 {
+			continue
+		}
+		held := false
+		for _, from := range unclaimed {
+			if slices.Contains(from, s) {
+				held = true
+				break
+			}
+		}
+		if !held {
+			return true
+		}
 	}
-	return table, nil
+	return false
+}
+
+// selfChildren lists the children of relayd's threads that can have any.
+func (t *Tracker) selfChildren() ([]int, error) {
+	var out []int
+	buf := make([]byte, 4096)
+	for _, tid := range t.threads {
+		b, err := readSmall(t.procRoot+"/"+strconv.Itoa(t.self)+"/task/"+strconv.Itoa(tid)+"/children", buf)
+		if err != nil {
+			return nil, fmt.Errorf("exec: relayd's children: %w", err)
+		}
+		for _, f := range bytes.Fields(b) {
+			if c, err := strconv.Atoi(string(f)); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out, nil
 }
 
 // scanIsCheaper reports whether reading every process of /proc costs less
@@ -240,41 +404,142 @@ func scanIsCheaper(procRoot string, members int) bool {
 	return err == nil && 2*members > threads
 }
 
-// attributeOrphans gives each newly adopted orphan that no scope already
-// holds to every live scope it could have come from: those started before it.
-func (t *Tracker) attributeOrphans(table map[int]procEntry) {
-	for m := range t.attributed {
-		if e, ok := table[m.PID]; !ok || e.start != m.Start {
-			delete(t.attributed, m)
+// attribute decides, for each live process that came to relayd (its
+// parent is relayd, relayd did not start it, and no scope holds it), which
+// scope it belongs to, in this order:
+//
+//  1. one already seen at the last complete look keeps what it was then:
+//     nobody's, or unclaimed;
+//  2. by its session: a session made by a member of one scope is that
+//     scope's; a session of processes of no scope is nobody's;
+//  3. by its start time: one that existed at the last complete look without
+//     being seen came from outside relayd's care (relayd is PID 1 and a
+//     docker exec left it), nobody's; otherwise the scopes that began
+//     before it could have made it: with one, it is that scope's; with none,
+//     nobody's; with several, it is unclaimed by each of them.
+//
+// The descendants of an unclaimed process are unclaimed by the same scopes.
+func (t *Tracker) attribute(table map[int]procEntry, children map[int][]int, scopes []*pgScope) {
+	held := make(map[int]bool)
+	for _, s := range scopes {
+		for pid := range s.known {
+			held[pid] = true
 		}
 	}
+	for m := range t.unclaimed {
+		e, ok := table[m.PID]
+		if !ok || e.start != m.Start || e.dead() || held[m.PID] {
+			delete(t.unclaimed, m)
+			continue
+		}
+		if s := bySession(scopes, e.sid); s != nil {
+			s.known[m.PID] = m.Start
+			delete(t.unclaimed, m)
+			continue
+		}
+		held[m.PID] = true
+	}
+	var grown []*pgScope
 	for pid, e := range table {
-		if e.ppid != t.self || e.dead() {
+		if e.ppid != t.self || held[pid] || e.dead() || (t.reaper != nil && t.reaper.IsChild(pid)) {
 			continue
 		}
 		m := Member{PID: pid, Start: e.start}
-		if t.attributed[m] || (t.reaper != nil && t.reaper.IsChild(pid)) {
+		if _, seen := t.seen[m]; seen {
+			continue // nobody's then (a member then would be held now)
+		}
+		if s := bySession(scopes, e.sid); s != nil {
+			s.known[pid] = e.start
+			grown = append(grown, s)
 			continue
 		}
-		t.attributed[m] = true
-		held := false
-		for s := range t.scopes {
-			if start, ok := s.known[pid]; ok && start == e.start {
-				held = true
-			}
-		}
-		if held {
+		if t.foreignSids[e.sid] || (t.seenTick > 0 && e.start < t.seenTick) {
 			continue
 		}
-		for s := range t.scopes {
+		var from []*pgScope
+		for _, s := range scopes {
 			if s.start <= e.start {
-				s.known[pid] = e.start
+				from = append(from, s)
 			}
+		}
+		switch len(from) {
+		case 0:
+		case 1:
+			from[0].known[pid] = e.start
+			grown = append(grown, from[0])
+		default:
+			t.unclaimed[m] = from
+		}
+	}
+	for _, s := range grown {
+		s.update(table, children)
+	}
+	// Descendants of unclaimed processes are unclaimed by the same scopes.
+	for m, from := range t.unclaimed {
+		queue := slices.Clone(children[m.PID])
+		for len(queue) > 0 {
+			pid := queue[0]
+			queue = queue[1:]
+			e := table[pid]
+			c := Member{PID: pid, Start: e.start}
+			if e.dead() || held[pid] || t.unclaimed[c] != nil {
+				continue
+			}
+			t.unclaimed[c] = from
+			queue = append(queue, children[pid]...)
 		}
 	}
 }
 
-// update recomputes the scope's members from one process table.
+// bySession returns the one scope whose members made session sid, or nil.
+func bySession(scopes []*pgScope, sid int) *pgScope {
+	var found *pgScope
+	for _, s := range scopes {
+		if s.sids[sid] {
+			if found != nil {
+				return nil // a pid reused as a session id: no proof either way
+			}
+			found = s
+		}
+	}
+	return found
+}
+
+// remember keeps what a complete look found, for the attribution of the
+// orphans of later looks.
+func (t *Tracker) remember(table map[int]procEntry, scopes []*pgScope, began uint64) {
+	owner := make(map[int]*pgScope)
+	for _, s := range scopes {
+		for pid := range s.known {
+			owner[pid] = s
+		}
+	}
+	unclaimed := make(map[int]bool, len(t.unclaimed))
+	for m := range t.unclaimed {
+		unclaimed[m.PID] = true
+	}
+	seen := make(map[Member]*pgScope, len(table))
+	foreign := make(map[int]bool)
+	for pid, e := range table {
+		if e.dead() || unclaimed[pid] {
+			continue
+		}
+		seen[Member{PID: pid, Start: e.start}] = owner[pid]
+		if owner[pid] == nil && pid != t.self {
+			foreign[e.sid] = true
+		}
+	}
+	for _, s := range scopes {
+		for sid := range s.sids {
+			delete(foreign, sid) // a member's session is never nobody's
+		}
+	}
+	t.seen, t.foreignSids, t.seenTick = seen, foreign, began
+}
+
+// update recomputes the scope's members from one process table: the
+// members it knew that are still there, the processes of the sessions its
+// members made that began after it, and their descendants.
 func (s *pgScope) update(table map[int]procEntry, children map[int][]int) {
 	members := make(map[int]uint64, len(s.known))
 	var queue []int
@@ -293,9 +558,9 @@ func (s *pgScope) update(table map[int]procEntry, children map[int][]int) {
 			add(e)
 		}
 	}
-	if s.sid > 0 {
+	if len(s.sids) > 0 {
 		for _, e := range table {
-			if e.sid == s.sid && e.start >= s.start {
+			if s.sids[e.sid] && e.start >= s.start {
 				add(e)
 			}
 		}
@@ -310,6 +575,11 @@ func (s *pgScope) update(table map[int]procEntry, children map[int][]int) {
 		}
 	}
 	s.known = members
+	sids := make(map[int]bool, 1)
+	for pid := range members {
+		sids[table[pid].sid] = true
+	}
+	s.sids = sids
 }
 
 // signalMember signals one process only if it is still the one that was

@@ -21,7 +21,12 @@ type procEntry struct {
 	threads              int
 }
 
-func (p procEntry) dead() bool { return p.state == 'Z' || p.state == 'X' || p.state == 'x' }
+// dead reports whether the process has ended. A zombie main thread is not
+// enough: while another thread of it runs, the process lives (its stat
+// counts the zombie main thread among its threads).
+func (p procEntry) dead() bool {
+	return (p.state == 'Z' || p.state == 'X' || p.state == 'x') && p.threads <= 1
+}
 
 // procTable reads every process of /proc. An error means the scan is not
 // complete and proves nothing; processes that end during the scan are skipped.
@@ -103,32 +108,15 @@ func parseStat(pid int, b []byte) (procEntry, error) {
 // CONFIG_PROC_CHILDREN), which lets a look follow the process tree instead
 // of reading every process.
 func canWalk(root string, self int) bool {
-	_, err := taskChildren(root, self, -1)
+	_, err := taskChildren(root, self, 1)
 	return err == nil
 }
 
-// walkTable looks at only part of the process table: every process
-// reachable through children links from roots and from the orphans self
-// has adopted. With self a child subreaper (or PID 1), that is every process
-// a scope can have: a process leaves its parent only for the nearest
-// subreaper above it. A process that ends while it is walked is skipped; its
-// children, handed to a reaper, appear in the next look.
-//
-// Orphans are found in the children of self's main thread alone: the kernel
-// hands an orphan to the first live thread of the reaper's thread group
-// (find_new_reaper and find_alive_thread in kernel/exit.c), which is the
-// main thread, and a Go program's main thread never exits. Children that
-// other threads forked are subjects, and those are roots. Reading one
-// children file instead of one per thread is most of the cost of a look
-// (a relayd has 5 to 10 threads).
-func walkTable(root string, self int, roots []int) (map[int]procEntry, error) {
-	selfKids, err := taskChildren(root, self, 1)
-	if err != nil {
-		return nil, fmt.Errorf("exec.walkTable: %w", err)
-	}
-	table := make(map[int]procEntry, len(roots)+len(selfKids))
-	buf := make([]byte, 1024)
-	queue := append(append(make([]int, 0, len(roots)+len(selfKids)), roots...), selfKids...)
+// walkInto adds to table every process reachable through children links
+// from queue, reading each one's stat and the children of each of its
+// threads. A process that ends while it is walked is skipped; its children,
+// handed to a reaper, appear in the next read of the reaper's children.
+func walkInto(root string, self int, table map[int]procEntry, queue []int, buf []byte) {
 	for i := 0; i < len(queue); i++ {
 		pid := queue[i]
 		if _, seen := table[pid]; seen || pid == self || pid <= 0 {
@@ -142,13 +130,16 @@ func walkTable(root string, self int, roots []int) (map[int]procEntry, error) {
 		if e.dead() {
 			continue
 		}
-		kids, err := taskChildren(root, pid, e.threads)
+		threads := e.threads
+		if e.state == 'Z' {
+			threads = -1 // the main thread is gone: list every thread
+		}
+		kids, err := taskChildren(root, pid, threads)
 		if err != nil {
 			continue
 		}
 		queue = append(queue, kids...)
 	}
-	return table, nil
 }
 
 // taskChildren lists the children of every thread of pid; threads is the
@@ -172,7 +163,7 @@ func taskChildren(root string, pid, threads int) ([]int, error) {
 	for _, tid := range tids {
 		b, err := readSmall(dir+tid+"/children", buf)
 		if err != nil {
-			if threads == -1 || len(tids) == 1 {
+			if len(tids) == 1 {
 				return nil, err
 			}
 			continue // a thread that ended
