@@ -1360,3 +1360,52 @@ func TestStdoutPipeSize(t *testing.T) {
 		t.Fatal("the read end of the stdout pipe is blocking")
 	}
 }
+
+// active on synthetic runtimes: a scope none of whose processes ran, ended
+// or appeared since the last look cannot have made a new orphan.
+func TestActiveScopes(t *testing.T) {
+	root := t.TempDir()
+	setRan := func(pid int, ns uint64) {
+		dir := filepath.Join(root, strconv.Itoa(pid), "task", strconv.Itoa(pid))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "schedstat"), []byte(fmt.Sprintf("%d 0 0\n", ns)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	idle := &pgScope{start: 100, known: map[int]uint64{10: 100}, left: true, live: true}
+	busy := &pgScope{start: 200, known: map[int]uint64{20: 200}, live: true}
+	grown := &pgScope{start: 300, known: map[int]uint64{30: 300, 31: 310}, live: true}
+	tr := &Tracker{procRoot: root, unclaimed: map[Member][]*pgScope{},
+		ran: map[Member]uint64{{PID: 10, Start: 100}: 5000, {PID: 20, Start: 200}: 7000, {PID: 30, Start: 300}: 9000}}
+	setRan(10, 5000) // has not run since
+	setRan(20, 7001) // ran
+	setRan(30, 9000)
+	setRan(31, 1)
+	table := map[int]procEntry{
+		10: {pid: 10, start: 100, state: 'S', threads: 1},
+		20: {pid: 20, start: 200, state: 'S', threads: 1},
+		30: {pid: 30, start: 300, state: 'S', threads: 1},
+		31: {pid: 31, start: 310, state: 'S', threads: 1}, // appeared since
+	}
+	got := tr.active([]*pgScope{idle, busy, grown}, table)
+	if len(got) != 2 || got[0] != busy || got[1] != grown {
+		t.Errorf("active scopes %v; want busy and grown, not idle", got)
+	}
+	// An unclaimed process that ran makes each scope it could belong to active.
+	tr.unclaimed[Member{PID: 40, Start: 400}] = []*pgScope{idle}
+	tr.ran[Member{PID: 40, Start: 400}] = 100
+	setRan(40, 200)
+	table[40] = procEntry{pid: 40, start: 400, state: 'S', threads: 1}
+	if got := tr.active([]*pgScope{idle}, table); len(got) != 1 {
+		t.Errorf("idle scope with a running unclaimed process: active %v; want it", got)
+	}
+	// A member that ended is activity too.
+	delete(tr.unclaimed, Member{PID: 40, Start: 400})
+	tr.seen = map[Member]*pgScope{{PID: 10, Start: 100}: idle, {PID: 11, Start: 105}: idle}
+	tr.ran[Member{PID: 11, Start: 105}] = 1
+	if got := tr.active([]*pgScope{idle}, table); len(got) != 1 {
+		t.Errorf("idle scope whose member 11 ended: active %v; want it", got)
+	}
+}

@@ -61,6 +61,14 @@ type Tracker struct {
 	seen        map[Member]*pgScope
 	foreignSids map[int]bool // sessions of the processes of no scope at that look
 	seenTick    uint64
+
+	// ran is how long each member and each unclaimed process had run
+	// (nanoseconds, every thread) when the last complete look began, before
+	// it walked, kept while more than one scope is live or one is kept. A
+	// process must run to fork: a scope none of whose processes ran, ended
+	// or appeared since then cannot have made a process that look did not
+	// see.
+	ran map[Member]uint64
 }
 
 // maxLookRounds bounds how often a look reads relayd's children again
@@ -129,6 +137,7 @@ type pgScope struct {
 	known map[int]uint64 // members at the last look: pid -> start
 	sids  map[int]bool   // the sessions of those members
 	live  bool           // registered with the tracker
+	left  bool           // the subject exited: what remains is left alone (kept)
 }
 
 func (s *pgScope) Mechanism() string { return ProcessGroup }
@@ -156,7 +165,11 @@ func (s *pgScope) started(pid int) {
 }
 
 // LeaveAlone keeps tracking: survivors' descendants stay members.
-func (s *pgScope) LeaveAlone() {}
+func (s *pgScope) LeaveAlone() {
+	s.t.mu.Lock()
+	s.left = true
+	s.t.mu.Unlock()
+}
 
 func (s *pgScope) Close() {
 	s.t.mu.Lock()
@@ -259,9 +272,11 @@ func (t *Tracker) refreshLocked() error {
 		scopes = append(scopes, s)
 	}
 	began := nowTicks()
+	ran := t.runtimes(scopes)
 	table, err := t.lookAt(scopes, true)
 	if table != nil && err == nil {
 		t.remember(table, scopes, began)
+		t.ran = ran
 	}
 	return err
 }
@@ -462,6 +477,9 @@ func (t *Tracker) attribute(table map[int]procEntry, children map[int][]int, sco
 				from = append(from, s)
 			}
 		}
+		if len(from) > 1 && t.ran != nil {
+			from = t.active(from, table)
+		}
 		switch len(from) {
 		case 0:
 		case 1:
@@ -489,6 +507,70 @@ func (t *Tracker) attribute(table map[int]procEntry, children map[int][]int, sco
 			queue = append(queue, children[pid]...)
 		}
 	}
+}
+
+// active keeps the scopes of from that could have made a process since the
+// last complete look: each one of whose processes (or an unclaimed process
+// it could own) ran, ended or appeared since. The scopes left out are
+// proven idle: none of their processes executed an instruction, so none
+// forked.
+func (t *Tracker) active(from []*pgScope, table map[int]procEntry) []*pgScope {
+	busy := make(map[*pgScope]bool)
+	for m, owners := range t.unclaimed {
+		if t.ranSince(m, table) {
+			for _, s := range owners {
+				busy[s] = true
+			}
+		}
+	}
+	out := from[:0:0]
+	for _, s := range from {
+		if busy[s] || t.scopeRan(s, table) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// scopeRan reports whether a process of s ran, ended or appeared since the
+// last complete look.
+func (t *Tracker) scopeRan(s *pgScope, table map[int]procEntry) bool {
+	recorded := 0
+	for m := range t.ran {
+		if start, ok := s.known[m.PID]; ok && start == m.Start {
+			recorded++
+		}
+	}
+	if recorded != len(s.known) {
+		return true // a member appeared, or one was not recorded
+	}
+	for pid, start := range s.known {
+		if t.ranSince(Member{PID: pid, Start: start}, table) {
+			return true
+		}
+	}
+	// A member that ended is no longer known: the count above differs
+	// only if one also appeared, so look for the ended ones too.
+	for m := range t.ran {
+		if owner, ok := t.seen[m]; ok && owner == s {
+			if _, still := s.known[m.PID]; !still {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ranSince reports whether m ran since the last complete look (or cannot
+// be shown not to have).
+func (t *Tracker) ranSince(m Member, table map[int]procEntry) bool {
+	before, ok := t.ran[m]
+	e, live := table[m.PID]
+	if !ok || !live || e.start != m.Start {
+		return true
+	}
+	now, err := runtimeOf(t.procRoot, m.PID, e.threads)
+	return err != nil || now != before
 }
 
 // bySession returns the one scope whose members made session sid, or nil.
@@ -535,6 +617,39 @@ func (t *Tracker) remember(table map[int]procEntry, scopes []*pgScope, began uin
 		}
 	}
 	t.seen, t.foreignSids, t.seenTick = seen, foreign, began
+}
+
+// runtimes reads how long each member known so far and each unclaimed
+// process has run, when more than one scope is live or one is kept: only
+// then can an orphan's origin be in doubt between scopes, now or once
+// another starts. A single running scope, the common case, costs nothing
+// more.
+func (t *Tracker) runtimes(scopes []*pgScope) map[Member]uint64 {
+	kept := false
+	for _, s := range scopes {
+		kept = kept || s.left
+	}
+	if !kept && len(scopes) < 2 {
+		return nil
+	}
+	ran := make(map[Member]uint64)
+	read := func(pid int, start uint64) {
+		if start == 0 {
+			return // not looked at yet: it counts as new
+		}
+		if ns, err := runtimeOf(t.procRoot, pid, -1); err == nil {
+			ran[Member{PID: pid, Start: start}] = ns
+		}
+	}
+	for _, s := range scopes {
+		for pid, start := range s.known {
+			read(pid, start)
+		}
+	}
+	for m := range t.unclaimed {
+		read(m.PID, m.Start)
+	}
+	return ran
 }
 
 // update recomputes the scope's members from one process table: the

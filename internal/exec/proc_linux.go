@@ -177,6 +177,43 @@ func taskChildren(root string, pid, threads int) ([]int, error) {
 	return out, nil
 }
 
+// runtimeOf is how long pid has run, in nanoseconds, summed over its threads
+// (the first field of each thread's schedstat, which the scheduler updates
+// whenever the thread runs).
+func runtimeOf(root string, pid, threads int) (uint64, error) {
+	dir := root + "/" + strconv.Itoa(pid) + "/task/"
+	tids := []string{strconv.Itoa(pid)}
+	if threads != 1 {
+		d, err := os.Open(dir)
+		if err != nil {
+			return 0, err
+		}
+		tids, err = d.Readdirnames(-1)
+		d.Close()
+		if err != nil {
+			return 0, err
+		}
+	}
+	var sum uint64
+	buf := make([]byte, 128)
+	for _, tid := range tids {
+		b, err := readSmall(dir+tid+"/schedstat", buf)
+		if err != nil {
+			return 0, err
+		}
+		f := bytes.Fields(b)
+		if len(f) == 0 {
+			return 0, fmt.Errorf("exec.runtimeOf %d: empty schedstat", pid)
+		}
+		ns, err := strconv.ParseUint(string(f[0]), 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		sum += ns
+	}
+	return sum, nil
+}
+
 // readSmall reads a whole /proc file, growing buf as needed.
 func readSmall(path string, buf []byte) ([]byte, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
