@@ -200,3 +200,35 @@ func testHidingTricks(t *testing.T, mech string) {
 		})
 	}
 }
+
+// Rule 6.1 with rule 6.5: a subject that exits after hiding a member with
+// clone(CLONE_PARENT) and setsid leaves a survivor, and the reply and
+// verify list it.
+func TestHiddenSurvivorListed(t *testing.T) { eachScope(t, testHiddenSurvivorListed) }
+
+func testHiddenSurvivorListed(t *testing.T, mech string) {
+	prog := attack(t, "cloneparent")
+	d := startRelayd(t, opts{scope: mech})
+	marker := "relayd-attack-" + newToken()
+	defer killMarked(t, marker, nil)
+	c := d.connect()
+	r := c.request(msg{"kind": "execute", "command": prog, "args": []string{marker, "30", "setsid", "exit"}})
+	wantExit(t, r, "exited", 0)
+	pids := pidsIn(fmt.Sprint(r["stdout"]))
+	if len(pids) != 2 {
+		t.Fatalf("stdout %q; want the subject's and the sibling's pids", r["stdout"])
+	}
+	sibling := pids[1]
+	if got := survivorPids(t, r); !contains(got, sibling) {
+		t.Fatalf("survivors %v lack the CLONE_PARENT sibling %d", got, sibling)
+	}
+	v := c.request(msg{"kind": "verify"})
+	if got := survivorPids(t, v); !contains(got, sibling) {
+		t.Fatalf("verify survivors %v lack the CLONE_PARENT sibling %d", got, sibling)
+	}
+	if !alive(sibling) {
+		t.Fatal("the survivor was signalled")
+	}
+	killMarked(t, marker, nil)
+	d.stopClean()
+}
