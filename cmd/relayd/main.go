@@ -82,8 +82,18 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stdout, "relayd %s (protocol 1)\n", version)
 		return nil
 	}
+	log := newLogger(o, stderr)
+	var subjectUser *syscall.Credential
+	if o.subjectUser != "" {
+		if subjectUser, err = env.SubjectUser(o.subjectUser); err != nil {
+			return &exitError{exitUsage, fmt.Errorf("--subject-user: %v", err)}
+		}
+	}
 	token, err := loadToken(o.tokenFile, getenv)
 	if err != nil {
+		return &exitError{exitUsage, err}
+	}
+	if err := checkTokenFile(o.tokenFile, o.subjectUser, subjectUser, log); err != nil {
 		return &exitError{exitUsage, err}
 	}
 	os.Unsetenv("RELAYD_TOKEN")
@@ -111,13 +121,6 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		}
 		defer ln.Close()
 	}
-	var subjectUser *syscall.Credential
-	if o.subjectUser != "" {
-		if subjectUser, err = env.SubjectUser(o.subjectUser); err != nil {
-			return &exitError{exitUsage, fmt.Errorf("--subject-user: %v", err)}
-		}
-	}
-	log := newLogger(o, stderr)
 	defer startProfile()()
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -264,13 +267,6 @@ func shrugOff(ctx context.Context, log zerolog.Logger) {
 // white space (a trailing newline) is not part of it.
 func loadToken(file string, getenv func(string) string) ([]byte, error) {
 	if file != "" {
-		info, err := os.Stat(file)
-		if err != nil {
-			return nil, fmt.Errorf("--token-file: %v", err)
-		}
-		if perm := info.Mode().Perm(); perm&0o006 != 0 {
-			return nil, fmt.Errorf("--token-file %s can be read or written by every user (mode %04o): make it readable by relayd only, e.g. chmod 600 %s", file, perm, file)
-		}
 		b, err := readBounded(file, 64<<10)
 		if err != nil {
 			return nil, fmt.Errorf("--token-file: %v", err)
@@ -286,6 +282,49 @@ func loadToken(file string, getenv func(string) string) ([]byte, error) {
 		return nil, errors.New("no token: give --token-file FILE or set RELAYD_TOKEN; relayd refuses to run without one")
 	}
 	return t, nil
+}
+
+// checkTokenFile applies protocol section 9's token-file rule. With
+// --subject-user (name, resolved to subject), relayd refuses a file that
+// user could read or write (env.FileAccess says what is checked: the
+// file's mode bits for the user's class, its group and the user's
+// supplementary groups included, and whether the user can search every
+// directory down to it). Without it, subjects run as relayd's user and can
+// read whatever relayd reads, so a file that other users can read only
+// earns a warning: a Kubernetes or Docker secret is 0644 or 0444 by
+// default. A file that every user can write is refused either way: any
+// local user could have chosen the token before relayd read it.
+func checkTokenFile(file, name string, subject *syscall.Credential, log zerolog.Logger) error {
+	if file == "" {
+		return nil
+	}
+	info, err := os.Stat(file)
+	if err != nil {
+		return fmt.Errorf("--token-file: %v", err)
+	}
+	perm := info.Mode().Perm()
+	if perm&0o002 != 0 {
+		return fmt.Errorf("--token-file %s can be written by every user (mode %04o): make it writable by relayd's user only, e.g. chmod 600 %s", file, perm, file)
+	}
+	if subject != nil {
+		a, err := env.FileAccess(file, subject)
+		if err != nil {
+			return fmt.Errorf("--token-file: %v", err)
+		}
+		if a.Read || a.Write {
+			what := "read"
+			if !a.Read {
+				what = "write"
+			}
+			return fmt.Errorf("--token-file %s: --subject-user %s could %s it (%s): make it readable by relayd's user only (e.g. chmod 600 %s, owned by relayd's user), or keep it in a directory that user cannot enter", file, name, what, a.Why, file)
+		}
+		return nil
+	}
+	if perm&0o044 != 0 {
+		log.Warn().Str("tokenFile", file).Str("mode", fmt.Sprintf("%04o", perm)).
+			Msg("the token file is readable by other users; subjects run as relayd's user and can read it in any case: chmod 600 it, or run subjects as another user with --subject-user")
+	}
+	return nil
 }
 
 // dirFlagError is the one line for a directory flag that names no usable
