@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -44,4 +47,59 @@ func TestDescriptorShortageNotCached(t *testing.T) {
 		}
 		d.stopClean()
 	})
+}
+
+// manyFields is a line of about n bytes with a wrong token and as many
+// small fields as fit: about 112,000 in 1 MiB.
+func manyFields(n int) []byte {
+	var b strings.Builder
+	b.WriteString(`{"token":"wrong","kind":"execute","command":"/bin/true"`)
+	for i := 0; b.Len() < n-16; i++ {
+		fmt.Fprintf(&b, `,"%x":0`, i)
+	}
+	b.WriteString("}\n")
+	return []byte(b.String())
+}
+
+// Unauthenticated peers cannot grow relayd's memory beyond their line
+// buffers (rule 6.11): 64 connections each send a 1 MiB line of about
+// 112,000 small fields with a wrong token, all at once, and each gets its
+// unauthenticated error. Building every field of such a line cost 16 MiB,
+// and 64 of them took relayd to 700 MiB; what remains is the line reader's
+// buffer and one copy of the line per connection.
+func TestUnauthenticatedLinesCostTheirBytes(t *testing.T) {
+	d := startRelayd(t, opts{})
+	pid := d.cmd.Process.Pid
+	before := peakRSS(t, pid)
+	line := manyFields(1<<20 - 1)
+	const conns = 64
+	clients := make([]*client, conns)
+	for i := range clients {
+		clients[i] = d.dial()
+	}
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = c.c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+			_, _ = c.c.Write(line)
+		}()
+	}
+	wg.Wait()
+	for i, c := range clients {
+		if cat := category(t, c.read(30*time.Second)); cat != "unauthenticated" {
+			t.Fatalf("connection %d: %s; want unauthenticated", i, cat)
+		}
+	}
+	after := peakRSS(t, pid)
+	t.Logf("relayd's peak RSS: %d MiB before, %d MiB after %d unauthenticated 1 MiB lines", before>>20, after>>20, conns)
+	if grew := after - before; grew > rssLimit(conns*3<<20) {
+		t.Fatalf("relayd's peak RSS grew by %d MiB for %d unauthenticated 1 MiB lines; want at most the line buffers, %d MiB",
+			grew>>20, conns, rssLimit(conns*3<<20)>>20)
+	}
+	if r := d.connect().request(msg{"kind": "ready"}); r["kind"] != "ready" {
+		t.Fatalf("ready after the flood: %v", r)
+	}
+	d.stopClean()
 }
