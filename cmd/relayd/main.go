@@ -83,6 +83,9 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		return nil
 	}
 	log := newLogger(o, stderr)
+	sigCtx, stopShrugging := context.WithCancel(context.Background())
+	defer stopShrugging()
+	shrugOff(sigCtx, log) // from here on no signal but SIGTERM and SIGINT ends or stops relayd (rule 6.8)
 	var subjectUser *syscall.Credential
 	if o.subjectUser != "" {
 		if subjectUser, err = env.SubjectUser(o.subjectUser); err != nil {
@@ -165,7 +168,6 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
-	shrugOff(ctx, log)
 	stopped := make(chan struct{})
 	go func() {
 		select {
@@ -237,30 +239,6 @@ func dialOut(ctx context.Context, o options, srv *session.Server, log zerolog.Lo
 	}
 	log.Info().Msg("exiting: session verified")
 	return nil
-}
-
-// shrugOff catches the signals that would otherwise end relayd but are no
-// request to stop (a subject of the same user may send them to relayd's
-// process group): SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, and SIGPIPE, which a
-// write to a closed stderr would raise. They are caught and logged, not
-// ignored: an ignored signal would stay ignored in every subject relayd
-// starts, and a subject is owed the default dispositions.
-func shrugOff(ctx context.Context, log zerolog.Logger) {
-	ch := make(chan os.Signal, 8)
-	signal.Notify(ch, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE)
-	go func() {
-		defer signal.Stop(ch)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case sig := <-ch:
-				if sig != syscall.SIGPIPE {
-					log.Warn().Str("signal", sig.String()).Msg("signal ignored: only SIGTERM and SIGINT stop relayd")
-				}
-			}
-		}
-	}()
 }
 
 // loadToken reads the token from file, else from RELAYD_TOKEN. Surrounding
