@@ -77,26 +77,6 @@ func TestMaxConnections(t *testing.T) {
 	d.stopClean()
 }
 
-// A token file that every user can read is refused at startup.
-func TestTokenFileReadableByOthersRefused(t *testing.T) {
-	tok := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tok, []byte("secret-token\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(tok, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(relaydBin, "--token-file", tok, "--listen", "127.0.0.1:0")
-	cmd.Env = cleanEnv()
-	out, err := cmd.CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
-		t.Fatalf("exit %v; want 2", err)
-	}
-	if !strings.Contains(string(out), "chmod 600") || strings.Contains(string(out), "secret-token") {
-		t.Fatalf("message %q; want the fix, and never the token", out)
-	}
-}
-
 // Hostile subjects: relayd survives each and reports truthfully.
 func TestHostileSubjects(t *testing.T) { eachScope(t, hostileSubjects) }
 

@@ -7,10 +7,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
+
+	"github.com/relayd/relayd/internal/env"
 )
 
 // noEnv is an empty environment.
@@ -662,6 +666,96 @@ func TestRunRefusesBadDirectories(t *testing.T) {
 			}
 			if err.Error() != tt.want {
 				t.Fatalf("run(%q) = %q; want %q", tt.args, err, tt.want)
+			}
+		})
+	}
+}
+
+// Protocol section 9's token-file rule. With --subject-user, a file that
+// user could read (or write) is refused, group bits and supplementary groups
+// included: a 0640 root:nogroup file is readable by nobody, whose group is
+// nogroup. Without it a file other users can read only earns a warning
+// (Kubernetes and Docker secrets are 0644 or 0444); one every user can write
+// is refused. The refusal names the file, the user and the fix, never the
+// token.
+func TestCheckTokenFile(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give files away and to run subjects as nobody")
+	}
+	nobody, err := env.SubjectUser("nobody")
+	if err != nil {
+		t.Skip("no user nobody here:", err)
+	}
+	open := t.TempDir() // searchable by everyone, up to /tmp
+	for _, d := range []string{open, filepath.Dir(open)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closed := filepath.Join(open, "closed")
+	if err := os.Mkdir(closed, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	mk := func(dir, name string, mode os.FileMode, gid int) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("secret-token\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, 0, gid); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	const nogroup = 65534
+	tests := []struct {
+		name     string
+		file     string
+		subject  *syscall.Credential
+		wantErr  []string // nil: accepted
+		wantWarn bool
+	}{
+		{"0600, no subject user", mk(open, "a", 0o600, 0), nil, nil, false},
+		{"0644, no subject user: a warning", mk(open, "b", 0o644, 0), nil, nil, true},
+		{"0444, no subject user: a warning", mk(open, "c", 0o444, 0), nil, nil, true},
+		{"0640, no subject user: a warning", mk(open, "d", 0o640, nogroup), nil, nil, true},
+		{"0666, no subject user: refused", mk(open, "e", 0o666, 0), nil, []string{"written by every user", "0666", "chmod 600"}, false},
+		{"0640 root:nogroup, subject nobody", mk(open, "f", 0o640, nogroup), nobody,
+			[]string{"--subject-user nobody could read it", "its group, gid 65534", "chmod 600"}, false},
+		{"0644 root:root, subject nobody", mk(open, "g", 0o644, 0), nobody, []string{"--subject-user nobody could read it", "every user"}, false},
+		{"0620 root:nogroup, subject nobody", mk(open, "h", 0o620, nogroup), nobody, []string{"--subject-user nobody could write it"}, false},
+		{"0640 root:root, subject nobody", mk(open, "i", 0o640, 0), nobody, nil, false},
+		{"0600 root:nogroup, subject nobody", mk(open, "j", 0o600, nogroup), nobody, nil, false},
+		{"0644 in a 0700 directory, subject nobody", mk(closed, "k", 0o644, 0), nobody, nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			name := ""
+			if tt.subject != nil {
+				name = "nobody"
+			}
+			err := checkTokenFile(tt.file, name, tt.subject, zerolog.New(&logs))
+			if tt.wantErr == nil && err != nil {
+				t.Fatalf("checkTokenFile = %v; want it accepted", err)
+			}
+			if tt.wantErr != nil {
+				if err == nil {
+					t.Fatal("checkTokenFile = nil; want a refusal")
+				}
+				for _, w := range append(tt.wantErr, tt.file) {
+					if !strings.Contains(err.Error(), w) {
+						t.Fatalf("checkTokenFile = %q; want it to contain %q", err, w)
+					}
+				}
+			}
+			if got := strings.Contains(logs.String(), `"level":"warn"`); got != tt.wantWarn {
+				t.Fatalf("warning logged: %v (%q); want %v", got, logs.String(), tt.wantWarn)
+			}
+			if strings.Contains(logs.String(), "secret-token") || err != nil && strings.Contains(err.Error(), "secret-token") {
+				t.Fatal("the token appears in a log or an error")
 			}
 		})
 	}

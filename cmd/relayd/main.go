@@ -97,8 +97,21 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, sp
 		fmt.Fprintf(stdout, "relayd %s (protocol 1)\n", version)
 		return nil
 	}
+	log := newLogger(o, stderr)
+	sigCtx, stopShrugging := context.WithCancel(context.Background())
+	defer stopShrugging()
+	shrugOff(sigCtx, log) // from here on no signal but SIGTERM and SIGINT ends or stops relayd (rule 6.8)
+	var subjectUser *syscall.Credential
+	if o.subjectUser != "" {
+		if subjectUser, err = env.SubjectUser(o.subjectUser); err != nil {
+			return &exitError{exitUsage, fmt.Errorf("--subject-user: %v", err)}
+		}
+	}
 	token, err := loadToken(o.tokenFile, getenv)
 	if err != nil {
+		return &exitError{exitUsage, err}
+	}
+	if err := checkTokenFile(o.tokenFile, o.subjectUser, subjectUser, log); err != nil {
 		return &exitError{exitUsage, err}
 	}
 	os.Unsetenv("RELAYD_TOKEN")
@@ -126,13 +139,6 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, sp
 		}
 		defer ln.Close()
 	}
-	var subjectUser *syscall.Credential
-	if o.subjectUser != "" {
-		if subjectUser, err = env.SubjectUser(o.subjectUser); err != nil {
-			return &exitError{exitUsage, fmt.Errorf("--subject-user: %v", err)}
-		}
-	}
-	log := newLogger(o, stderr)
 	defer startProfile()()
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -177,7 +183,6 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, sp
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
-	shrugOff(ctx, log)
 	stopped := make(chan struct{})
 	go func() {
 		select {
@@ -251,41 +256,10 @@ func dialOut(ctx context.Context, o options, srv *session.Server, log zerolog.Lo
 	return nil
 }
 
-// shrugOff catches the signals that would otherwise end relayd but are no
-// request to stop (a subject of the same user may send them to relayd's
-// process group): SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, and SIGPIPE, which a
-// write to a closed stderr would raise. They are caught and logged, not
-// ignored: an ignored signal would stay ignored in every subject relayd
-// starts, and a subject is owed the default dispositions.
-func shrugOff(ctx context.Context, log zerolog.Logger) {
-	ch := make(chan os.Signal, 8)
-	signal.Notify(ch, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE)
-	go func() {
-		defer signal.Stop(ch)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case sig := <-ch:
-				if sig != syscall.SIGPIPE {
-					log.Warn().Str("signal", sig.String()).Msg("signal ignored: only SIGTERM and SIGINT stop relayd")
-				}
-			}
-		}
-	}()
-}
-
 // loadToken reads the token from file, else from RELAYD_TOKEN. Surrounding
 // white space (a trailing newline) is not part of it.
 func loadToken(file string, getenv func(string) string) ([]byte, error) {
 	if file != "" {
-		info, err := os.Stat(file)
-		if err != nil {
-			return nil, fmt.Errorf("--token-file: %v", err)
-		}
-		if perm := info.Mode().Perm(); perm&0o006 != 0 {
-			return nil, fmt.Errorf("--token-file %s can be read or written by every user (mode %04o): make it readable by relayd only, e.g. chmod 600 %s", file, perm, file)
-		}
 		b, err := readBounded(file, 64<<10)
 		if err != nil {
 			return nil, fmt.Errorf("--token-file: %v", err)
@@ -301,6 +275,49 @@ func loadToken(file string, getenv func(string) string) ([]byte, error) {
 		return nil, errors.New("no token: give --token-file FILE or set RELAYD_TOKEN; relayd refuses to run without one")
 	}
 	return t, nil
+}
+
+// checkTokenFile applies protocol section 9's token-file rule. With
+// --subject-user (name, resolved to subject), relayd refuses a file that
+// user could read or write (env.FileAccess says what is checked: the
+// file's mode bits for the user's class, its group and the user's
+// supplementary groups included, and whether the user can search every
+// directory down to it). Without it, subjects run as relayd's user and can
+// read whatever relayd reads, so a file that other users can read only
+// earns a warning: a Kubernetes or Docker secret is 0644 or 0444 by
+// default. A file that every user can write is refused either way: any
+// local user could have chosen the token before relayd read it.
+func checkTokenFile(file, name string, subject *syscall.Credential, log zerolog.Logger) error {
+	if file == "" {
+		return nil
+	}
+	info, err := os.Stat(file)
+	if err != nil {
+		return fmt.Errorf("--token-file: %v", err)
+	}
+	perm := info.Mode().Perm()
+	if perm&0o002 != 0 {
+		return fmt.Errorf("--token-file %s can be written by every user (mode %04o): make it writable by relayd's user only, e.g. chmod 600 %s", file, perm, file)
+	}
+	if subject != nil {
+		a, err := env.FileAccess(file, subject)
+		if err != nil {
+			return fmt.Errorf("--token-file: %v", err)
+		}
+		if a.Read || a.Write {
+			what := "read"
+			if !a.Read {
+				what = "write"
+			}
+			return fmt.Errorf("--token-file %s: --subject-user %s could %s it (%s): make it readable by relayd's user only (e.g. chmod 600 %s, owned by relayd's user), or keep it in a directory that user cannot enter", file, name, what, a.Why, file)
+		}
+		return nil
+	}
+	if perm&0o044 != 0 {
+		log.Warn().Str("tokenFile", file).Str("mode", fmt.Sprintf("%04o", perm)).
+			Msg("the token file is readable by other users; subjects run as relayd's user and can read it in any case: chmod 600 it, or run subjects as another user with --subject-user")
+	}
+	return nil
 }
 
 // dirFlagError is the one line for a directory flag that names no usable

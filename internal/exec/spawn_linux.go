@@ -141,7 +141,21 @@ func Start(r *Reaper, scope Scope, spec Spec) (*Subject, error) {
 // (close-on-exec; the child gets dups).
 type nullFDs struct{ r, w uintptr }
 
-var devNull = sync.OnceValues(func() (nullFDs, error) {
+// devNullFDs holds nullFDs once both are open. Only success is kept: a
+// failure (EMFILE when relayd is out of descriptors) fails this execute
+// alone, and the next one tries again (rule 6.11). sync.OnceValues would
+// keep the first error for the life of the process.
+var devNullFDs struct {
+	mu  sync.Mutex
+	fds *nullFDs
+}
+
+func devNull() (nullFDs, error) {
+	devNullFDs.mu.Lock()
+	defer devNullFDs.mu.Unlock()
+	if devNullFDs.fds != nil {
+		return *devNullFDs.fds, nil
+	}
 	r, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nullFDs{}, err
@@ -151,8 +165,9 @@ var devNull = sync.OnceValues(func() (nullFDs, error) {
 		unix.Close(r)
 		return nullFDs{}, err
 	}
-	return nullFDs{uintptr(r), uintptr(w)}, nil
-})
+	devNullFDs.fds = &nullFDs{uintptr(r), uintptr(w)}
+	return *devNullFDs.fds, nil
+}
 
 // stdoutPipeBytes is the capacity asked for the stdout pipe: with 1 MiB
 // instead of the default 64 KiB a fast writer blocks less often and each

@@ -147,7 +147,7 @@ func badExecute(format string, args ...any) *Error {
 // optional returns the raw value of the field name and whether it is present
 // and not null.
 func (m *Message) optional(name string) (json.RawMessage, bool) {
-	raw, ok := m.fields[name]
+	raw, ok := m.field(name)
 	if !ok || jsonKind(raw) == kindNull {
 		return nil, false
 	}

@@ -3,7 +3,9 @@ package protocol
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
+	"reflect"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -64,6 +66,52 @@ func FuzzLineReader(f *testing.F) {
 
 var knownDecodeCategories = map[string]bool{CatBadJSON: true, CatBadRequest: true}
 
+// referenceDecode is Decode written the simple way: encoding/json builds
+// every top-level field, then the known ones are picked out. Decode must
+// agree with it on every line (it was Decode until the token had to be
+// checked before a message is built, rule 6.11).
+func referenceDecode(line []byte) (*Message, *Error) {
+	if !utf8.Valid(line) {
+		return nil, newError(CatBadJSON, "message is not valid UTF-8 (bad byte at offset %d)", invalidUTF8Offset(line))
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(line, &fields); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			return nil, newError(CatBadJSON, "message is not a JSON object (it is %s)", jsonKindName(line))
+		}
+		return nil, newError(CatBadJSON, "message is not JSON: %s", err.Error())
+	}
+	if fields == nil {
+		return nil, newError(CatBadJSON, "message is not a JSON object (it is null)")
+	}
+	m := &Message{}
+	for i, n := range fieldNames {
+		m.fields[i] = fields[n]
+	}
+	str := func(name string) (string, bool) {
+		raw, ok := fields[name]
+		if !ok || jsonKind(raw) != kindString {
+			return "", false
+		}
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", false
+		}
+		return s, true
+	}
+	m.Kind, _ = str("kind")
+	m.Token, m.HasToken = str("token")
+	if raw, ok := fields["id"]; ok && jsonKind(raw) != kindNull {
+		id, err := checkID(raw)
+		if err != nil {
+			return m, err
+		}
+		m.ID = id
+	}
+	return m, nil
+}
+
 func FuzzDecode(f *testing.F) {
 	for _, seed := range []string{
 		`{"token":"T","kind":"ready"}`,
@@ -89,11 +137,36 @@ func FuzzDecode(f *testing.F) {
 		`{"a":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`,
 		`{"a":` + strings.Repeat(`{"a":`, 5000) + `1` + strings.Repeat("}", 5001),
 		`{"command":"\ud800","environment":{"\udfff":"x"}}`,
+		`{"\u0074oken":"T","kind":"a","\u006bind":"b","k\u0069nd":"c"}`,
+		`{"token":"a\"b\\c\/\b\f\n\r\t\u00e9\ud83d\ude00\ud800x","kind":"\u0000"}`,
+		`{"tOKEN":"T","Kind":"ready","ids":1,"id ":2," id":3}`,
+		`{"x":{"token":"inner"},"y":["}","{\"",[{}]],"token":"outer"}`,
+		` { "token" : "T" , "kind" : "ready" , "id" : -0 } `,
+		`{"command":"a","args":["\u0041\ud800"],"cwd":"\ud834\udd1e","timeoutMs":1E3,"captureStdout":false}`,
 	} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
 		m, e := Decode(line)
+		rm, re := referenceDecode(line)
+		if (e == nil) != (re == nil) || e != nil && *e != *re {
+			t.Fatalf("Decode: got error %v; the reference decoder gives %v", e, re)
+		}
+		if (m == nil) != (rm == nil) || m != nil && (m.Kind != rm.Kind || m.Token != rm.Token || m.HasToken != rm.HasToken || !bytes.Equal(m.ID, rm.ID)) {
+			t.Fatalf("Decode: got %+v; the reference decoder gives %+v", m, rm)
+		}
+		if m != nil {
+			x, xe := m.Execute()
+			rx, rxe := rm.Execute()
+			if !reflect.DeepEqual(x, rx) || !reflect.DeepEqual(xe, rxe) {
+				t.Fatalf("Execute: got %+v, %v; from the reference decoder %+v, %v", x, xe, rx, rxe)
+			}
+			for i, n := range fieldNames {
+				if !bytes.Equal(bytes.TrimSpace(m.fields[i]), bytes.TrimSpace(rm.fields[i])) {
+					t.Fatalf("field %q: got %q; the reference decoder gives %q", n, m.fields[i], rm.fields[i])
+				}
+			}
+		}
 		if e != nil {
 			if !knownDecodeCategories[e.Category] || e.Message == "" {
 				t.Fatalf("Decode: got error %q, %q; want a known category and a message", e.Category, e.Message)

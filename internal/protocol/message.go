@@ -33,7 +33,29 @@ type Message struct {
 	HasToken bool            // "token" is present and a string
 	ID       json.RawMessage // nil when absent or null; else the raw JSON of a string or number, to echo
 
-	fields map[string]json.RawMessage // every top-level field, for Execute
+	// fields holds the raw value of each top-level field that relayd reads
+	// (fieldNames), the last one when a name appears twice; nil when absent.
+	// They are slices of the decoded line. No other field is kept.
+	fields [len(fieldNames)]json.RawMessage
+}
+
+// fieldNames are the top-level fields relayd reads: those of every message,
+// then execute's (section 4). Decode finds these and skips every other.
+var fieldNames = [...]string{"kind", "token", "id",
+	"command", "args", "environment", "credentials", "resultToken", "captureStdout", "cwd", "timeoutMs"}
+
+// maxFieldName is the length of the longest of fieldNames.
+const maxFieldName = len("captureStdout")
+
+// field returns the raw value of the top-level field name and whether it
+// is present; name must be one of fieldNames.
+func (m *Message) field(name string) (json.RawMessage, bool) {
+	for i, n := range fieldNames {
+		if n == name {
+			return m.fields[i], m.fields[i] != nil
+		}
+	}
+	return nil, false
 }
 
 // Decode parses one message line, as returned by LineReader.ReadLine. Every
@@ -46,9 +68,17 @@ type Message struct {
 //     filled in (ID nil), so that the caller can check authentication before
 //     answering the bad request.
 //
-// A null "id" counts as absent. Unknown fields are kept for Execute and
-// otherwise ignored; when a field appears twice, the last one counts.
-// Decode never panics, whatever the input.
+// A null "id" counts as absent. When a field appears twice, the last one
+// counts; keys are compared after unescaping, case-exact. Decode never
+// panics, whatever the input.
+//
+// Decode builds nothing but Kind, Token and ID: it checks the line's syntax
+// (encoding/json's, which keeps no values), then walks the top-level
+// object, skipping the value of every field not in fieldNames and keeping
+// the others as slices of line, so that a line costs no memory beyond its
+// own bytes however many fields it has (rule 6.11: the token is checked
+// before the rest of a message is built). The rest is built by Execute,
+// which reads line: line must not change while the Message is used.
 //
 // Callers should keep the result in a *Error variable: a nil *Error stored in
 // an error interface is not a nil error.
@@ -56,35 +86,58 @@ func Decode(line []byte) (*Message, *Error) {
 	if !utf8.Valid(line) {
 		return nil, newError(CatBadJSON, "message is not valid UTF-8 (bad byte at offset %d)", invalidUTF8Offset(line))
 	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(line, &fields); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) {
-			return nil, newError(CatBadJSON, "message is not a JSON object (it is %s)", jsonKindName(line))
+	if !json.Valid(line) {
+		// Unmarshal checks the syntax before it builds anything, and says
+		// what is wrong where.
+		var nothing struct{}
+		err := json.Unmarshal(line, &nothing)
+		if err == nil { // cannot happen: Valid and Unmarshal share a scanner
+			err = errors.New("invalid JSON")
 		}
 		return nil, newError(CatBadJSON, "message is not JSON: %s", err.Error())
 	}
-	if fields == nil {
-		return nil, newError(CatBadJSON, "message is not a JSON object (it is null)")
+	if jsonKind(line) != kindObject {
+		return nil, newError(CatBadJSON, "message is not a JSON object (it is %s)", jsonKindName(line))
 	}
-	m := &Message{fields: fields}
+	m := &Message{}
+	walkObject(line, func(key, value []byte) {
+		if i := fieldIndex(key); i >= 0 {
+			m.fields[i] = value
+		}
+	})
 	m.Kind, _ = m.stringField("kind")
 	m.Token, m.HasToken = m.stringField("token")
-	if raw, ok := fields["id"]; ok && jsonKind(raw) != kindNull {
+	if raw, ok := m.field("id"); ok && jsonKind(raw) != kindNull {
 		id, err := checkID(raw)
 		if err != nil {
 			return m, err
 		}
-		m.ID = id
+		m.ID = append(json.RawMessage(nil), id...) // a reply may outlive the line
 	}
 	return m, nil
+}
+
+// fieldIndex returns the index in fieldNames of the raw JSON string key (its
+// quotes excluded), unescaped, or -1.
+func fieldIndex(key []byte) int {
+	var buf [maxFieldName]byte
+	name, ok := unescapeShort(key, buf[:0])
+	if !ok {
+		return -1
+	}
+	for i, n := range fieldNames {
+		if string(name) == n {
+			return i
+		}
+	}
+	return -1
 }
 
 // MaxIDBytes bounds a string "id"; MaxIDInteger bounds an integer one, so
 // that every controller language decodes it exactly (section 4).
 const (
 	MaxIDBytes   = 256
-	MaxIDInteger = 1<<53 - 1
+	MaxIDInteger int64 = 1<<53 - 1
 )
 
 // checkID returns the raw JSON of a valid "id", to echo: a string of at most
@@ -128,23 +181,22 @@ func allDigits(b []byte) bool {
 // stringField returns the value of the top-level field name and true when
 // it is present and a string.
 func (m *Message) stringField(name string) (string, bool) {
-	raw, ok := m.fields[name]
+	raw, ok := m.field(name)
 	if !ok {
 		return "", false
 	}
 	return decodeString(raw)
 }
 
-// decodeString returns the value of raw and true when raw is a JSON string.
+// decodeString returns the value of raw and true when raw is a JSON string
+// (of a line that Decode found valid), as encoding/json decodes it, with a
+// single allocation of at most len(raw) bytes.
 func decodeString(raw json.RawMessage) (string, bool) {
-	if jsonKind(raw) != kindString {
+	raw = bytes.TrimSpace(raw)
+	if jsonKind(raw) != kindString || len(raw) < 2 || raw[len(raw)-1] != '"' {
 		return "", false
 	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", false
-	}
-	return s, true
+	return unquote(raw[1 : len(raw)-1])
 }
 
 func invalidUTF8Offset(b []byte) int {

@@ -1,7 +1,10 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -137,5 +140,61 @@ func TestErrorString(t *testing.T) {
 	}
 	if got, want := string(b), `{"category":"busy","message":"an execution is running on this connection"}`; got != want {
 		t.Errorf("JSON: got %s; want %s", got, want)
+	}
+}
+
+// allocatedBy returns the bytes that f allocates, averaged over runs.
+func allocatedBy(runs int, f func()) uint64 {
+	f() // warm pools
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := 0; i < runs; i++ {
+		f()
+	}
+	runtime.ReadMemStats(&after)
+	return (after.TotalAlloc - before.TotalAlloc) / uint64(runs)
+}
+
+// manyKeys is a line of about n bytes: a wrong token, then as many small
+// fields as fit.
+func manyKeys(n int) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"token":"wrong","kind":"execute","command":"/bin/true"`)
+	for i := 0; b.Len() < n-16; i++ {
+		fmt.Fprintf(&b, `,"%x":0`, i)
+	}
+	b.WriteString("}")
+	return b.Bytes()
+}
+
+// An unauthenticated line costs at most its bytes (rule 6.11): Decode
+// builds Kind, Token and ID, nothing else, so that the token is checked
+// before the rest of a message is built. A 1 MiB line of about 112,000
+// small fields cost 16 MiB when every field was built. The bound allows the
+// line's length (a token as long as the line is built whole) plus the
+// syntax check's nesting stack, which encoding/json caps at 10,000 levels.
+func TestDecodeCostsAtMostTheLine(t *testing.T) {
+	const mib = 1 << 20
+	nested := `{"token":"wrong","x":` + strings.Repeat("[", 9999) + strings.Repeat("]", 9999) + `}`
+	tests := map[string][]byte{
+		"many small fields":           manyKeys(mib),
+		"many escaped fields":         []byte(strings.Replace(string(manyKeys(mib)), `,"`, `,"\u0074`, -1)),
+		"a token as long as the line": []byte(`{"kind":"ready","token":"` + strings.Repeat("t", mib-40) + `"}`),
+		"an escaped token":            []byte(`{"kind":"ready","token":"` + strings.Repeat(`\u00e9`, (mib-40)/6) + `"}`),
+		"a deep value":                []byte(nested),
+		"many objects":                []byte(`{"token":"wrong","x":[` + strings.Repeat(`{"a":{"b":[1,2,{}]}},`, mib/22) + `0]}`),
+	}
+	for name, line := range tests {
+		t.Run(name, func(t *testing.T) {
+			if _, e := Decode(line); e != nil {
+				t.Fatalf("Decode: %v; want a message", e)
+			}
+			got := allocatedBy(5, func() { Decode(line) })
+			if limit := uint64(len(line)) + 128<<10; got > limit {
+				t.Fatalf("Decode of a %d-byte line allocated %d bytes; want at most %d (the line plus 128 KiB)", len(line), got, limit)
+			}
+			t.Logf("%d-byte line: %d bytes allocated", len(line), got)
+		})
 	}
 }

@@ -9,6 +9,7 @@ package session
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
 	"fmt"
@@ -56,10 +57,11 @@ type Config struct {
 
 // Server runs sessions, in listen mode or dial-out mode.
 type Server struct {
-	cfg      Config
-	log      zerolog.Logger
-	nextID   atomic.Uint64
-	idPrefix string
+	cfg         Config
+	tokenDigest [sha256.Size]byte // of cfg.Token: what tokenOK compares
+	log         zerolog.Logger
+	nextID      atomic.Uint64
+	idPrefix    string
 
 	mu         sync.Mutex
 	running    int           // executions admitted and not yet ended
@@ -78,7 +80,8 @@ type Server struct {
 // New returns a Server. It picks the first execution number so that
 // artifacts of an earlier relayd in the same directory are never overwritten.
 func New(cfg Config) *Server {
-	s := &Server{cfg: cfg, log: cfg.Log, stopping: make(chan struct{}), drained: make(chan struct{})}
+	s := &Server{cfg: cfg, tokenDigest: sha256.Sum256(cfg.Token), log: cfg.Log,
+		stopping: make(chan struct{}), drained: make(chan struct{})}
 	s.destroyCtx, s.destroy = context.WithCancel(context.Background())
 	s.nextID.Store(lastArtifact(cfg.ArtifactsDir))
 	return s
@@ -233,6 +236,13 @@ func (s *Server) Wait() { s.sessions.Wait() }
 // Confirmed reports whether every settlement so far had evidence.
 func (s *Server) Confirmed() bool { return !s.unconfirmed.Load() }
 
+// tokenOK compares the SHA-256 digests of t and relayd's token in constant
+// time. Comparing the tokens themselves would leak the token's length:
+// subtle.ConstantTimeCompare returns at once when the lengths differ, so a
+// peer could time guesses of every length and find the one that takes
+// longer. A digest has one length whatever the token's, and hashing t takes
+// a time that depends only on t, which the peer already knows.
 func (s *Server) tokenOK(t string) bool {
-	return subtle.ConstantTimeCompare([]byte(t), s.cfg.Token) == 1
+	d := sha256.Sum256([]byte(t))
+	return subtle.ConstantTimeCompare(d[:], s.tokenDigest[:]) == 1
 }
