@@ -1035,8 +1035,9 @@ func TestOrphanNotGivenToAnotherScope(t *testing.T) {
 	waitEscaped(t, double, true)
 	// The escapee lost its parent and its session between two looks, while
 	// both scopes were live: either could have made it. It counts for the
-	// evidence of both, unclaimed, and settling the other scope must not
-	// signal it.
+	// evidence of both, unclaimed. Once its own scope is kept for its
+	// survivors (rule 6.1), settling the other scope must not signal it.
+	scope.LeaveAlone()
 	claim := func(s Scope) (member, unclaimed bool) {
 		members, err := s.Members()
 		if err != nil {
@@ -1195,7 +1196,14 @@ func TestAttribute(t *testing.T) {
 			t.Errorf("%d unclaimed; want only 220, 221 and 231", m.PID)
 		}
 	}
-	// Members lists the unclaimed, flagged; a settlement leaves them out.
+	// Members lists the unclaimed; while another candidate is kept for its
+	// survivors, they are flagged, and a settlement leaves them out.
+	for _, m := range early.membersLocked() {
+		if m.Unclaimed {
+			t.Errorf("%d flagged while every other candidate runs", m.PID)
+		}
+	}
+	late.left = true
 	var unclaimed []int
 	for _, m := range early.membersLocked() {
 		if m.Unclaimed {

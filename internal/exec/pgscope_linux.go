@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -41,7 +42,9 @@ const ProcessGroup = "process-group"
 //   - an orphan that came to relayd after a scope began and that cannot be
 //     attributed to one scope counts for the evidence of every scope it
 //     could come from (unclaimed): it is listed, and blocks their
-//     settlement until it is gone, but only a destroy signals it.
+//     settlement until it is gone; their settlements signal it unless one of
+//     them is kept for its survivors (keptElsewhere, holdsPipe), and a
+//     destroy always does.
 type Tracker struct {
 	mu       sync.Mutex
 	procRoot string // "/proc"; tests point it elsewhere to fault the evidence
@@ -138,6 +141,13 @@ type pgScope struct {
 	sids  map[int]bool   // the sessions of those members
 	live  bool           // registered with the tracker
 	left  bool           // the subject exited: what remains is left alone (kept)
+	pipe  uint64         // inode of the subject's stdout pipe, which its descendants inherit
+}
+
+func (s *pgScope) markOutput(ino uint64) {
+	s.t.mu.Lock()
+	s.pipe = ino
+	s.t.mu.Unlock()
 }
 
 func (s *pgScope) Mechanism() string { return ProcessGroup }
@@ -212,10 +222,58 @@ func (s *pgScope) membersLocked() []Member {
 	}
 	for m, from := range s.t.unclaimed {
 		if slices.Contains(from, s) {
-			out = append(out, Member{PID: m.PID, Start: m.Start, Unclaimed: true})
+			out = append(out, Member{PID: m.PID, Start: m.Start,
+				Unclaimed: keptElsewhere(from, s) && !holdsPipe(s.t.procRoot, m, s.pipe)})
 		}
 	}
 	return out
+}
+
+// holdsPipe reports whether m has the pipe ino open (a process keeps the
+// stdout its subject was given unless it closes or redirects it). It is
+// used only to let a scope's settlement signal an orphan that is then also
+// its own by this sign, never to take one out of any scope's evidence: a
+// process can open another's pipe through /proc, but all it gains is to be
+// stopped.
+func holdsPipe(procRoot string, m Member, ino uint64) bool {
+	if ino == 0 {
+		return false
+	}
+	dir := procRoot + "/" + strconv.Itoa(m.PID) + "/fd"
+	d, err := os.Open(dir)
+	if err != nil {
+		return false
+	}
+	names, err := d.Readdirnames(256)
+	d.Close()
+	if err != nil && len(names) == 0 {
+		return false
+	}
+	want := "pipe:[" + strconv.FormatUint(ino, 10) + "]"
+	for _, n := range names {
+		if link, err := os.Readlink(dir + "/" + n); err == nil && link == want {
+			// The pid could have been reused since the look: check it is m.
+			e, err := readStat(procRoot, m.PID, make([]byte, 1024))
+			return err == nil && e.start == m.Start
+		}
+	}
+	return false
+}
+
+// keptElsewhere reports whether a scope of from other than s is kept for
+// its survivors. An orphan that could be s's or a kept scope's is not
+// signalled by s's settlement: rule 6.1 protects what an exited subject
+// left running, and a destroy says that the evidence could not be had. One
+// that could be s's or another running scope's is: killing it can only
+// take from an execution that is still running what its own settlement
+// would take, and it spares both a destroy.
+func keptElsewhere(from []*pgScope, s *pgScope) bool {
+	for _, o := range from {
+		if o != s && o.left {
+			return true
+		}
+	}
+	return false
 }
 
 // Signal signals every member a look finds, not the unclaimed orphans. A

@@ -37,9 +37,9 @@ type Member struct {
 	PID   int
 	Start uint64
 	// Unclaimed marks a process that came to relayd after the scope began
-	// and that could come from another scope too (process-group mechanism):
-	// it counts for the evidence, and is listed, but a settlement does not
-	// signal it; a destroy does.
+	// and that could come from another scope too, one kept for its
+	// survivors (process-group mechanism): it counts for the evidence, and
+	// is listed, but a settlement does not signal it; a destroy does.
 	Unclaimed bool
 }
 

@@ -123,6 +123,12 @@ func Start(r *Reaper, scope Scope, spec Spec) (*Subject, error) {
 		return nil, &SpawnError{Err: errors.Unwrap(err), Stage: "exec"}
 	}
 	scope.started(pid)
+	if m, ok := scope.(outputMarker); ok {
+		var st unix.Stat_t
+		if unix.Fstat(int(outR.Fd()), &st) == nil {
+			m.markOutput(st.Ino)
+		}
+	}
 	subj := &Subject{
 		PID:     pid,
 		Scope:   scope,
@@ -134,6 +140,13 @@ func Start(r *Reaper, scope Scope, spec Spec) (*Subject, error) {
 		subj.stderr = newDrain(errR, nil, spec.StderrCopy)
 	}
 	return subj, nil
+}
+
+// outputMarker is a scope that can tell its processes by the stdout pipe
+// they inherited (the process-group mechanism, for orphans it cannot
+// attribute otherwise).
+type outputMarker interface {
+	markOutput(pipeIno uint64)
 }
 
 // nullFDs are /dev/null for reading (every subject's stdin) and for writing
