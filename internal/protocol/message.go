@@ -136,7 +136,7 @@ func fieldIndex(key []byte) int {
 // MaxIDBytes bounds a string "id"; MaxIDInteger bounds an integer one, so
 // that every controller language decodes it exactly (section 4).
 const (
-	MaxIDBytes   = 256
+	MaxIDBytes         = 256
 	MaxIDInteger int64 = 1<<53 - 1
 )
 
