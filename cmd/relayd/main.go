@@ -104,6 +104,10 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 			return &exitError{exitUsage, dirFlagError("artifacts-dir", err)}
 		}
 	}
+	state, stateErr := exec.OpenState(o.stateDir)
+	if stateErr != nil && o.stateDirGiven {
+		return &exitError{exitUsage, stateDirError(stateErr)}
+	}
 	var ln net.Listener
 	if o.connect == "" {
 		if ln, err = net.Listen("tcp", o.listen); err != nil {
@@ -133,6 +137,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		return &exitError{exitUsage, err}
 	}
 	defer scopes.release()
+	recordScopes(ctx, o, state, stateErr, tracker, scopes.mechanism, host, log)
 	if !host.Subreaper {
 		log.Warn().Msg("relayd could not become a child subreaper: orphans of subjects may escape a process-group scope")
 	}

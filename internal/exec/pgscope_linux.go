@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -32,6 +33,8 @@ type Tracker struct {
 	scopes     map[*pgScope]struct{}
 	attributed map[Member]bool // adopted orphans already given to scopes
 	walk       bool            // look by following the process tree, not by reading all of /proc
+
+	state atomic.Pointer[State] // where running scopes are recorded (state_linux.go), if anywhere
 }
 
 // NewTracker starts a tracker that rescans every interval while scopes are
@@ -73,20 +76,22 @@ func (t *Tracker) run(ctx context.Context, interval time.Duration) {
 }
 
 // NewScope returns an empty process-group scope; the subject joins it when
-// it starts. The name (an execution id) is not used by this mechanism.
+// it starts. The name (an execution id) names it in the state record.
 func (t *Tracker) NewScope(name string) (Scope, error) {
 	if err := faultScopeSetup(); err != nil {
 		return nil, err
 	}
-	return &pgScope{t: t, known: make(map[int]uint64)}, nil
+	return &pgScope{t: t, name: name, known: make(map[int]uint64)}, nil
 }
 
 type pgScope struct {
 	t     *Tracker
+	name  string
 	sid   int            // the subject's pid, which is its session id
 	start uint64         // a lower bound of the subject's start time, in ticks
 	known map[int]uint64 // members at the last look: pid -> start
 	live  bool           // registered with the tracker
+	left  bool           // left alone (rule 6.1): no longer in the state record
 }
 
 func (s *pgScope) Mechanism() string { return ProcessGroup }
@@ -112,10 +117,12 @@ func (s *pgScope) started(pid int) {
 	s.t.scopes[s] = struct{}{}
 }
 
-// LeaveAlone keeps tracking: survivors' descendants stay members.
-func (s *pgScope) LeaveAlone() {}
+// LeaveAlone keeps tracking: survivors' descendants stay members. The
+// scope leaves the state record: a successor leaves its survivors alone too.
+func (s *pgScope) LeaveAlone() { s.t.leaveAlone(s) }
 
 func (s *pgScope) Close() {
+	defer s.t.unrecord(s) // state_linux.go: once unlocked
 	s.t.mu.Lock()
 	defer s.t.mu.Unlock()
 	delete(s.t.scopes, s)
