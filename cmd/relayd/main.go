@@ -132,6 +132,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	if !host.ProcOK {
 		return &exitError{exitUsage, errors.New("/proc is not mounted: relayd cannot see the processes of a scope")}
 	}
+	settleLeftovers(o, state, log)
 	scopes, err := chooseScope(ctx, o, reaper, tracker, host, log)
 	if err != nil {
 		return &exitError{exitUsage, err}
