@@ -250,7 +250,9 @@ func prepare(t testing.TB, o opts) *daemon {
 	// relayd's group then reaches only relayd, which the test started.
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	d.cmd.Dir = dir
-	d.cmd.Env = append(cleanEnv(), o.env...)
+	// Each relayd records its running scopes in its test's directory, not in
+	// the machine's /run/relayd (a test's o.env may name another).
+	d.cmd.Env = append(append(cleanEnv(), "RELAYD_STATE_DIR="+filepath.Join(dir, "state")), o.env...)
 	d.cmd.Stdout = d.logs
 	d.cmd.Stderr = d.logs
 	t.Cleanup(d.cleanup)

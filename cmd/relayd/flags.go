@@ -27,6 +27,8 @@ type options struct {
 	maxLineBytes    byteSize
 	maxStdoutBytes  byteSize
 	artifactsDir    string
+	stateDir        string
+	stateDirGiven   bool // --state-dir or its twin was set: a directory that cannot be used is an error, not a warning
 	scope           string
 	cgroupRoot      string
 	destroyCommand  string
@@ -48,6 +50,7 @@ func defaultOptions() options {
 		maxConnections:  1024,
 		maxLineBytes:    1 << 20,
 		maxStdoutBytes:  1 << 20,
+		stateDir:        "/run/relayd",
 		scope:           "auto",
 		logFormat:       "json",
 		logLevel:        "info",
@@ -81,6 +84,7 @@ func parseFlags(args []string, getenv func(string) string) (options, *pflag.Flag
 	fs.Var(&o.maxLineBytes, "max-line-bytes", "longest accepted message line (e.g. 1MiB, 65536)")
 	fs.Var(&o.maxStdoutBytes, "max-stdout-bytes", "raw-mode stdout returned per execution")
 	fs.StringVar(&o.artifactsDir, "artifacts-dir", o.artifactsDir, "directory for each execution's complete stdout and stderr")
+	fs.StringVar(&o.stateDir, "state-dir", o.stateDir, "directory where relayd records its running process-group scopes, so that a relayd started after this one is killed settles what it left running")
 	fs.StringVar(&o.scope, "scope", o.scope, "scope mechanism: auto (cgroup when proven to work, else process-group), cgroup or process-group")
 	fs.StringVar(&o.cgroupRoot, "cgroup-root", o.cgroupRoot, "cgroup v2 directory to create execution leaves under (default: relayd's own cgroup)")
 	fs.StringVar(&o.destroyCommand, "destroy-command", o.destroyCommand, "command run with /bin/sh -c when a settlement cannot be confirmed (destroy), bounded by --teardown-timeout")
@@ -114,6 +118,7 @@ func parseFlags(args []string, getenv func(string) string) (options, *pflag.Flag
 	if twinErr != nil {
 		return o, fs, twinErr
 	}
+	o.stateDirGiven = fs.Changed("state-dir")
 	err := o.validate()
 	var fe *flagError
 	if errors.As(err, &fe) && fromEnv[fe.flag] {
@@ -144,6 +149,8 @@ func (o options) validate() error {
 		return bad("max-line-bytes", "--max-line-bytes must be at least 1KiB, got %d", o.maxLineBytes)
 	case o.maxStdoutBytes < 1:
 		return bad("max-stdout-bytes", "--max-stdout-bytes must be at least 1, got %d", o.maxStdoutBytes)
+	case o.stateDir == "":
+		return bad("state-dir", "--state-dir must name a directory")
 	}
 	switch o.scope {
 	case "auto", "process-group", "cgroup":

@@ -43,6 +43,7 @@ var section9 = map[string]string{
 	"max-line-bytes":   "1048576", // 1MiB
 	"max-stdout-bytes": "1048576", // 1MiB
 	"artifacts-dir":    "",
+	"state-dir":        "/run/relayd",
 	"scope":            "auto",
 	"log-level":        "info",
 	"log-format":       "json",
@@ -63,6 +64,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 		maxConnections:  1024,             // likewise
 		maxLineBytes:    1 << 20,
 		maxStdoutBytes:  1 << 20,
+		stateDir:        "/run/relayd",
 		scope:           "auto",
 		logFormat:       "json",
 		logLevel:        "info",
@@ -119,6 +121,7 @@ var twinCases = map[string]twinCase{
 	"max-line-bytes":   {"64KiB", func(o options) bool { return o.maxLineBytes == 64<<10 }, "lots"},
 	"max-stdout-bytes": {"2MiB", func(o options) bool { return o.maxStdoutBytes == 2<<20 }, "1TB"},
 	"artifacts-dir":    {"/artifacts", func(o options) bool { return o.artifactsDir == "/artifacts" }, ""},
+	"state-dir":        {"/srv/state", func(o options) bool { return o.stateDir == "/srv/state" && o.stateDirGiven }, ""},
 	"scope":            {"process-group", func(o options) bool { return o.scope == "process-group" }, ""},
 	"cgroup-root":      {"/sys/fs/cgroup/x", func(o options) bool { return o.cgroupRoot == "/sys/fs/cgroup/x" }, ""},
 	"destroy-command":  {"reboot-vm", func(o options) bool { return o.destroyCommand == "reboot-vm" }, ""},
@@ -224,7 +227,7 @@ func TestFlagWinsOverTwin(t *testing.T) {
 		"token-file": "/flag/token", "workspace": "/flag/ws", "instruction-file": "/flag/task",
 		"term-grace": "1s", "teardown-timeout": "30s", "write-timeout": "7s",
 		"auth-timeout": "9s", "max-connections": "7", "subject-user": "nobody",
-		"max-line-bytes": "4096", "max-stdout-bytes": "12345", "artifacts-dir": "/flag/art",
+		"max-line-bytes": "4096", "max-stdout-bytes": "12345", "artifacts-dir": "/flag/art", "state-dir": "/flag/state",
 		"scope": "cgroup", "cgroup-root": "/flag/cg", "destroy-command": "true",
 		"log-format": "json", "log-level": "warn",
 	}

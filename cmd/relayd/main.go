@@ -132,6 +132,10 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, sp
 			return &exitError{exitUsage, dirFlagError("artifacts-dir", err)}
 		}
 	}
+	state, stateErr := exec.OpenState(o.stateDir)
+	if stateErr != nil && o.stateDirGiven {
+		return &exitError{exitUsage, stateDirError(stateErr)}
+	}
 	var ln net.Listener
 	if o.connect == "" {
 		if ln, err = net.Listen("tcp", o.listen); err != nil {
@@ -149,11 +153,13 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, sp
 	if !host.ProcOK {
 		return &exitError{exitUsage, errors.New("/proc is not mounted: relayd cannot see the processes of a scope")}
 	}
+	settleLeftovers(o, state, log)
 	scopes, err := chooseScope(ctx, o, reaper, tracker, host, log)
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
 	defer scopes.release()
+	recordScopes(ctx, o, state, stateErr, tracker, scopes.mechanism, host, log)
 	if !host.Subreaper {
 		log.Warn().Msg("relayd could not become a child subreaper: orphans of subjects may escape a process-group scope")
 	}

@@ -401,20 +401,27 @@ func (s *cgScope) signalEach(sig syscall.Signal) error {
 }
 
 // LeaveAlone hands the leaf to the sweep, which removes it once its
-// survivors are gone.
+// survivors are gone. The leaf is marked, so that a relayd started after
+// this one dies leaves the survivors alone too (leftover_cgroup_linux.go).
 func (s *cgScope) LeaveAlone() {
-	if !s.remove() {
-		s.c.mu.Lock()
-		s.c.pending[s] = true
-		s.c.mu.Unlock()
-	}
+	markLeftAlone(s.dir)
+	s.keep()
 }
 
 // Close removes the leaf when it is empty; a leaf with survivors is
 // removed later, once they are gone.
 func (s *cgScope) Close() {
 	s.started(0)
-	s.LeaveAlone()
+	s.keep()
+}
+
+// keep removes the leaf if it is empty, else hands it to the sweep.
+func (s *cgScope) keep() {
+	if !s.remove() {
+		s.c.mu.Lock()
+		s.c.pending[s] = true
+		s.c.mu.Unlock()
+	}
 }
 
 // remove removes the leaf if it is empty and reports whether it is gone.

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -72,6 +73,8 @@ type Tracker struct {
 	// or appeared since then cannot have made a process that look did not
 	// see.
 	ran map[Member]uint64
+
+	state atomic.Pointer[State] // where running scopes are recorded (state_linux.go), if anywhere
 }
 
 // maxLookRounds bounds how often a look reads relayd's children again
@@ -125,16 +128,17 @@ func (t *Tracker) run(ctx context.Context, interval time.Duration) {
 }
 
 // NewScope returns an empty process-group scope; the subject joins it when
-// it starts. The name (an execution id) is not used by this mechanism.
+// it starts. The name (an execution id) names it in the state record.
 func (t *Tracker) NewScope(name string) (Scope, error) {
 	if err := faultScopeSetup(); err != nil {
 		return nil, err
 	}
-	return &pgScope{t: t, known: make(map[int]uint64)}, nil
+	return &pgScope{t: t, name: name, known: make(map[int]uint64)}, nil
 }
 
 type pgScope struct {
 	t     *Tracker
+	name  string
 	sid   int            // the subject's pid, which is its session id
 	start uint64         // a lower bound of the subject's start time, in ticks
 	known map[int]uint64 // members at the last look: pid -> start
@@ -174,14 +178,12 @@ func (s *pgScope) started(pid int) {
 	s.t.scopes[s] = struct{}{}
 }
 
-// LeaveAlone keeps tracking: survivors' descendants stay members.
-func (s *pgScope) LeaveAlone() {
-	s.t.mu.Lock()
-	s.left = true
-	s.t.mu.Unlock()
-}
+// LeaveAlone keeps tracking: survivors' descendants stay members. The
+// scope leaves the state record: a successor leaves its survivors alone too.
+func (s *pgScope) LeaveAlone() { s.t.leaveAlone(s) }
 
 func (s *pgScope) Close() {
+	defer s.t.unrecord(s) // state_linux.go: once unlocked
 	s.t.mu.Lock()
 	defer s.t.mu.Unlock()
 	delete(s.t.scopes, s)

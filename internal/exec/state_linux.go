@@ -1,0 +1,323 @@
+package exec
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// State is relayd's state directory (--state-dir, protocol rule 6.10): the
+// process-group scopes of running executions are recorded there, so that a
+// relayd started after this one was killed can settle what it left running.
+// A cgroup scope needs no record: its leaf outlives relayd, and a successor
+// finds it (CgroupLeftovers).
+//
+// Each relayd writes one file, named after its pid and start time so that
+// relayds sharing a directory never collide:
+//
+//	DIR/relayd-PID-START.json    the record: relayd's identity, and per running scope
+//	                             its name, session and members (pid and start time)
+//	DIR/.relayd-PID-START.json.tmp  the next record, renamed over it when complete
+//
+// A scope enters the record once it has lived through one recording
+// interval (a short execution never costs a write), its members follow at
+// most once per interval and only when they changed, and it leaves the
+// record at once when it is settled, closed, or left alone (rule 6.1: the
+// survivors of an exited subject are no successor's to settle). When no
+// scope is recorded the file is removed.
+type State struct {
+	dir   string
+	self  relaydID
+	boot  string // /proc/sys/kernel/random/boot_id: start times count from this boot
+	pidNS string // /proc/self/ns/pid: pids mean something in this namespace only
+
+	mu       sync.Mutex
+	last     []byte            // the record as last written; nil when there is no file
+	recorded map[*pgScope]bool // the scopes in it
+	failing  bool              // the last write failed; OnError has been told
+	// OnError is told when a write fails, once per run of failures.
+	OnError func(error)
+}
+
+// relaydID names one relayd process: its pid and start time.
+type relaydID struct {
+	pid   int
+	start uint64
+}
+
+func (id relaydID) fileName() string {
+	return "relayd-" + strconv.Itoa(id.pid) + "-" + strconv.FormatUint(id.start, 10) + ".json"
+}
+
+// Bounds of a record (rule 6.11): a record's size never grows with a
+// subject's process count beyond these.
+const (
+	// maxRecordedMembers is the most members recorded per scope: the
+	// oldest ones. Younger members are found by a successor as descendants
+	// of recorded ones or as members of the subject's session.
+	maxRecordedMembers = 1000
+	// maxRecordedTotal bounds the members of all scopes of one record
+	// (about 20 bytes each).
+	maxRecordedTotal = 10000
+	// maxRecordBytes bounds what a successor reads of one record.
+	maxRecordBytes = 4 << 20
+	recordVersion  = 1
+)
+
+// record is the file format.
+type record struct {
+	Version      int           `json:"version"`
+	PID          int           `json:"pid"`   // the recording relayd
+	Start        uint64        `json:"start"` // its start time, clock ticks since boot
+	BootID       string        `json:"bootId"`
+	PIDNamespace string        `json:"pidNamespace"`
+	Scopes       []scopeRecord `json:"scopes"`
+}
+
+type scopeRecord struct {
+	Name         string      `json:"name"`         // the execution id
+	Session      int         `json:"session"`      // the subject's pid, which is its session id
+	SubjectStart uint64      `json:"subjectStart"` // the subject's start time; 0 when not seen alive
+	Began        uint64      `json:"began"`        // a lower bound of the subject's start time
+	Members      [][2]uint64 `json:"members"`      // pid and start time, oldest first
+	Omitted      int         `json:"omitted,omitempty"`
+}
+
+// OpenState checks that dir can hold relayd's records: an existing
+// directory owned by relayd's user, writable by it and by no other user, or
+// a missing one whose parent relayd can write (it is created, mode 0700,
+// with the first record). Nothing is written yet.
+func OpenState(dir string) (*State, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	st := &State{dir: abs, recorded: make(map[*pgScope]bool)}
+	if err := checkStateDir(abs); err != nil {
+		return nil, err
+	}
+	self, err := readStat("/proc", os.Getpid(), make([]byte, 1024))
+	if err != nil {
+		return nil, fmt.Errorf("cannot read relayd's own start time: %w", err)
+	}
+	st.self = relaydID{pid: self.pid, start: self.start}
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the boot id: %w", err)
+	}
+	st.boot = strings.TrimSpace(string(b))
+	if st.pidNS, err = os.Readlink("/proc/self/ns/pid"); err != nil {
+		return nil, fmt.Errorf("cannot read relayd's PID namespace: %w", err)
+	}
+	return st, nil
+}
+
+func checkStateDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		parent := filepath.Dir(dir)
+		if pfi, perr := os.Stat(parent); perr != nil || !pfi.IsDir() {
+			return fmt.Errorf("%s does not exist, nor does its parent directory", dir)
+		}
+		if unix.Access(parent, unix.W_OK|unix.X_OK) != nil {
+			return fmt.Errorf("%s does not exist, and relayd cannot create it in %s", dir, parent)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	sys, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || int(sys.Uid) != os.Geteuid() {
+		return fmt.Errorf("%s is not owned by relayd's user (uid %d)", dir, os.Geteuid())
+	}
+	if fi.Mode().Perm()&0o022 != 0 {
+		// Another user could plant a record naming processes for relayd to kill.
+		return fmt.Errorf("%s can be written by other users (mode %04o)", dir, fi.Mode().Perm())
+	}
+	if unix.Access(dir, unix.W_OK|unix.X_OK) != nil {
+		return fmt.Errorf("relayd cannot write to %s", dir)
+	}
+	return nil
+}
+
+// Dir is the state directory.
+func (st *State) Dir() string { return st.dir }
+
+// Path is the file of this relayd's record.
+func (st *State) Path() string { return filepath.Join(st.dir, st.self.fileName()) }
+
+// Record makes the tracker record its running scopes in st: at most once
+// per every, and only when something changed, until ctx ends.
+func (t *Tracker) Record(ctx context.Context, st *State, every time.Duration) {
+	t.state.Store(st)
+	go func() {
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			st.save(t, nil)
+		}
+	}()
+}
+
+// leaveAlone takes the scope of an exited subject out of the record: its
+// survivors are left alone (rule 6.1), by a successor too.
+func (t *Tracker) leaveAlone(s *pgScope) {
+	t.mu.Lock()
+	s.left = true
+	t.mu.Unlock()
+	t.unrecord(s)
+}
+
+// unrecord rewrites the record at once if it holds s, which has been left
+// alone or closed.
+func (t *Tracker) unrecord(s *pgScope) {
+	if st := t.state.Load(); st != nil {
+		st.save(t, s)
+	}
+}
+
+// save writes the record of t's running scopes if it changed; with gone
+// set, only if gone is in the record (it has just left the running scopes).
+func (st *State) save(t *Tracker, gone *pgScope) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if gone != nil && !st.recorded[gone] {
+		return
+	}
+	rec, scopes := st.snapshot(t)
+	var b []byte
+	if len(rec.Scopes) > 0 {
+		var err error
+		if b, err = json.Marshal(rec); err != nil {
+			st.fail(err)
+			return
+		}
+		b = append(b, '\n')
+	}
+	if bytes.Equal(b, st.last) {
+		return
+	}
+	if err := st.write(b); err != nil {
+		st.fail(err)
+		return
+	}
+	st.failing = false
+	st.last = b
+	clear(st.recorded)
+	for _, s := range scopes {
+		st.recorded[s] = true
+	}
+}
+
+func (st *State) fail(err error) {
+	if !st.failing && st.OnError != nil {
+		st.OnError(err)
+	}
+	st.failing = true
+}
+
+// snapshot copies what the last look found of every running scope that
+// has been looked at: a scope left alone, or whose subject has not been
+// seen yet, is not recorded.
+func (st *State) snapshot(t *Tracker) (record, []*pgScope) {
+	rec := record{Version: recordVersion, PID: st.self.pid, Start: st.self.start, BootID: st.boot, PIDNamespace: st.pidNS}
+	var scopes []*pgScope
+	t.mu.Lock()
+	for s := range t.scopes {
+		if !s.live || s.left || s.sid <= 0 {
+			continue
+		}
+		sr := scopeRecord{Name: s.name, Session: s.sid, SubjectStart: s.known[s.sid], Began: s.start}
+		for pid, start := range s.known {
+			if start != 0 {
+				sr.Members = append(sr.Members, [2]uint64{uint64(pid), start})
+			}
+		}
+		if len(sr.Members) == 0 {
+			continue
+		}
+		rec.Scopes = append(rec.Scopes, sr)
+		scopes = append(scopes, s)
+	}
+	t.mu.Unlock()
+	slices.SortFunc(rec.Scopes, func(a, b scopeRecord) int { return strings.Compare(a.Name, b.Name) })
+	total := 0
+	for i := range rec.Scopes {
+		sr := &rec.Scopes[i]
+		// Oldest first: the roots of the scope's trees, whose descendants a
+		// successor finds by walking down from them.
+		slices.SortFunc(sr.Members, func(a, b [2]uint64) int {
+			if a[1] != b[1] {
+				return cmpU(a[1], b[1])
+			}
+			return cmpU(a[0], b[0])
+		})
+		keep := min(len(sr.Members), maxRecordedMembers, max(maxRecordedTotal-total, 0))
+		sr.Omitted = len(sr.Members) - keep
+		sr.Members = sr.Members[:keep]
+		total += keep
+	}
+	return rec, scopes
+}
+
+func cmpU(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// write replaces the record with b (removes it when b is nil): a temporary
+// file renamed over it, so that a reader sees the old record or the new.
+func (st *State) write(b []byte) error {
+	path := st.Path()
+	if b == nil {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("exec.State: %w", err)
+		}
+		return nil
+	}
+	if err := os.Mkdir(st.dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("exec.State: %w", err)
+	}
+	tmp := filepath.Join(st.dir, "."+st.self.fileName()+".tmp")
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("exec.State: %w", err)
+	}
+	_, werr := f.Write(b)
+	cerr := f.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("exec.State: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("exec.State: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,209 @@
+package exec
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A running process-group scope is recorded in the state directory (rule
+// 6.10): relayd's pid and start time, and per scope its name, session and
+// members with their start times. The directory is created, mode 0700, by
+// the first record; the record is mode 0600. A record is not rewritten
+// while nothing changes, and it goes at once when the scope is left alone
+// (rule 6.1: its survivors are no successor's to settle) or closed.
+func TestStateRecordsRunningScopes(t *testing.T) {
+	for _, end := range []string{"LeaveAlone", "Close"} {
+		t.Run(end, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			const every = 20 * time.Millisecond
+			tr := NewTracker(ctx, testReaper, 10*time.Millisecond)
+			dir := filepath.Join(t.TempDir(), "state")
+			st, err := OpenState(dir)
+			if err != nil {
+				t.Fatalf("OpenState(%s) = %v; want a missing directory in a writable one accepted", dir, err)
+			}
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				t.Fatalf("OpenState created %s before anything was recorded (stat: %v)", dir, err)
+			}
+			tr.Record(ctx, st, every)
+			scope, err := tr.NewScope("x-7")
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := newPins(t)
+			out := newBuffer()
+			s := startSh(t, p, scope, "setsid sleep 600 & echo setsid $!; exec sleep 600", Spec{Stdout: out})
+			escapee := waitNamed(t, p, out, "setsid")["setsid"]
+
+			rec := waitRecord(t, st.Path(), func(r record) bool { return len(r.Scopes) == 1 && len(r.Scopes[0].Members) == 2 })
+			self, _ := statOf(os.Getpid())
+			if rec.Version != 1 || rec.PID != os.Getpid() || rec.Start != self.start || rec.BootID == "" || rec.PIDNamespace == "" {
+				t.Errorf("record %+v; want version 1, pid %d, start %d, a boot id and a PID namespace", rec, os.Getpid(), self.start)
+			}
+			sr := rec.Scopes[0]
+			subject, _ := statOf(s.PID)
+			esc, _ := statOf(escapee)
+			if sr.Name != "x-7" || sr.Session != s.PID || sr.SubjectStart != subject.start || sr.Began == 0 || sr.Began > subject.start {
+				t.Errorf("scope %+v; want name x-7, session %d, subject start %d, began at most that", sr, s.PID, subject.start)
+			}
+			for _, m := range [][2]uint64{{uint64(s.PID), subject.start}, {uint64(escapee), esc.start}} {
+				found := false
+				for _, r := range sr.Members {
+					found = found || r == m
+				}
+				if !found {
+					t.Errorf("members %v; want %v among them", sr.Members, m)
+				}
+			}
+			if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+				t.Errorf("state directory: %v, %v; want mode 0700", fi.Mode(), err)
+			}
+			fi, err := os.Stat(st.Path())
+			if err != nil || fi.Mode().Perm() != 0o600 {
+				t.Fatalf("record: %v, %v; want mode 0600", fi.Mode(), err)
+			}
+
+			// Nothing changes: the record stays the same file (a rewrite is
+			// a new file renamed over it: another inode, or at least another
+			// modification time, as an inode number may be used again).
+			ino, mtime := fi.Sys().(*syscall.Stat_t).Ino, fi.ModTime()
+			time.Sleep(10 * every)
+			if fi, err := os.Stat(st.Path()); err != nil || fi.Sys().(*syscall.Stat_t).Ino != ino || !fi.ModTime().Equal(mtime) {
+				t.Fatalf("the record was rewritten while nothing changed (%v)", err)
+			}
+
+			if end == "LeaveAlone" {
+				scope.LeaveAlone()
+			} else {
+				scope.Close()
+			}
+			if _, err := os.Stat(st.Path()); !os.IsNotExist(err) {
+				t.Fatalf("after %s the record is still there (stat: %v); want it gone at once", end, err)
+			}
+			if end == "LeaveAlone" {
+				// Tracking goes on, and the scope stays out of the record.
+				time.Sleep(5 * every)
+				if _, err := os.Stat(st.Path()); !os.IsNotExist(err) {
+					t.Fatalf("a scope left alone was recorded again (stat: %v)", err)
+				}
+			}
+		})
+	}
+}
+
+// A short execution never costs a write: a scope that ends before the next
+// recording tick leaves no file behind and no directory either.
+func TestStateShortScopeNotRecorded(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tr := NewTracker(ctx, testReaper, 10*time.Millisecond)
+	dir := filepath.Join(t.TempDir(), "state")
+	st, err := OpenState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Record(ctx, st, time.Hour)
+	scope, err := tr.NewScope("x-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPins(t)
+	s := startSh(t, p, scope, "exit 0", Spec{})
+	waitExit(t, s)
+	scope.Close()
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("a scope that lived less than a recording interval made %s (stat: %v)", dir, err)
+	}
+}
+
+// A record is bounded (rule 6.11): at most maxRecordedMembers members per
+// scope, the oldest, and maxRecordedTotal in all; the rest are counted.
+func TestStateRecordBounded(t *testing.T) {
+	tr := &Tracker{scopes: map[*pgScope]struct{}{}}
+	for i := 0; i < 12; i++ {
+		s := &pgScope{t: tr, name: "x-" + string(rune('a'+i)), sid: 100, start: 1, live: true, known: map[int]uint64{}}
+		for pid := 1000; pid < 2500; pid++ {
+			s.known[pid] = uint64(5000 - pid) // younger as the pid grows
+		}
+		tr.scopes[s] = struct{}{}
+	}
+	// Neither one left alone nor one not yet looked at is recorded.
+	tr.scopes[&pgScope{t: tr, name: "left", sid: 7, live: true, left: true, known: map[int]uint64{7: 9}}] = struct{}{}
+	tr.scopes[&pgScope{t: tr, name: "new", sid: 8, live: true, known: map[int]uint64{8: 0}}] = struct{}{}
+	st := &State{recorded: map[*pgScope]bool{}}
+	rec, scopes := st.snapshot(tr)
+	if len(rec.Scopes) != 12 || len(scopes) != 12 {
+		t.Fatalf("%d scopes recorded; want the 12 running ones", len(rec.Scopes))
+	}
+	total := 0
+	for i, sr := range rec.Scopes {
+		want := maxRecordedMembers // the first ten fill maxRecordedTotal
+		if i >= 10 {
+			want = 0
+		}
+		if len(sr.Members) != want || sr.Omitted != 1500-want {
+			t.Errorf("scope %s: %d members, %d omitted; want %d and %d", sr.Name, len(sr.Members), sr.Omitted, want, 1500-want)
+		}
+		if len(sr.Members) > 0 && sr.Members[0] != [2]uint64{2499, 5000 - 2499} {
+			t.Errorf("scope %s: first member %v; want the oldest, [2499 2501]", sr.Name, sr.Members[0])
+		}
+		total += len(sr.Members)
+	}
+	if total != maxRecordedTotal {
+		t.Errorf("%d members in all; want %d", total, maxRecordedTotal)
+	}
+	b, _ := json.Marshal(rec)
+	if len(b) > 40*maxRecordedTotal {
+		t.Errorf("a full record is %d bytes; want about 20 a member", len(b))
+	}
+}
+
+// A state directory that another user could write to, or that is no
+// directory, is refused: a planted record would name processes to kill.
+func TestOpenStateRefusesUnsafeDirectories(t *testing.T) {
+	base := t.TempDir()
+	shared := filepath.Join(base, "shared")
+	if err := os.Mkdir(shared, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(shared, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(base, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{
+		shared:                                 "can be written by other users",
+		file:                                   "is not a directory",
+		filepath.Join(base, "no", "such", "x"): "does not exist",
+	} {
+		if _, err := OpenState(path); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("OpenState(%s) = %v; want an error saying %q", path, err, want)
+		}
+	}
+}
+
+// waitRecord waits until the record at path exists and satisfies ok.
+func waitRecord(t *testing.T, path string, ok func(record) bool) record {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var rec record
+		if b, err := os.ReadFile(path); err == nil && json.Unmarshal(b, &rec) == nil && ok(rec) {
+			return rec
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(path)
+			t.Fatalf("no fitting record at %s within 10s; last %q", path, b)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
