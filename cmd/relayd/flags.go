@@ -27,6 +27,7 @@ type options struct {
 	maxLineBytes    byteSize
 	maxStdoutBytes  byteSize
 	artifactsDir    string
+	artifactLimit   byteSize // --max-artifact-bytes
 	scope           string
 	cgroupRoot      string
 	destroyCommand  string
@@ -48,6 +49,7 @@ func defaultOptions() options {
 		maxConnections:  1024,
 		maxLineBytes:    1 << 20,
 		maxStdoutBytes:  1 << 20,
+		artifactLimit:   64 << 20,
 		scope:           "auto",
 		logFormat:       "json",
 		logLevel:        "info",
@@ -81,6 +83,7 @@ func parseFlags(args []string, getenv func(string) string) (options, *pflag.Flag
 	fs.Var(&o.maxLineBytes, "max-line-bytes", "longest accepted message line (e.g. 1MiB, 65536)")
 	fs.Var(&o.maxStdoutBytes, "max-stdout-bytes", "raw-mode stdout returned per execution")
 	fs.StringVar(&o.artifactsDir, "artifacts-dir", o.artifactsDir, "directory for each execution's complete stdout and stderr")
+	fs.Var(&o.artifactLimit, "max-artifact-bytes", "most bytes of one stream kept in --artifacts-dir per execution; past it the artifact stops growing and the rest is drained and dropped")
 	fs.StringVar(&o.scope, "scope", o.scope, "scope mechanism: auto (cgroup when proven to work, else process-group), cgroup or process-group")
 	fs.StringVar(&o.cgroupRoot, "cgroup-root", o.cgroupRoot, "cgroup v2 directory to create execution leaves under (default: relayd's own cgroup)")
 	fs.StringVar(&o.destroyCommand, "destroy-command", o.destroyCommand, "command run with /bin/sh -c when a settlement cannot be confirmed (destroy), bounded by --teardown-timeout")
@@ -144,6 +147,8 @@ func (o options) validate() error {
 		return bad("max-line-bytes", "--max-line-bytes must be at least 1KiB, got %d", o.maxLineBytes)
 	case o.maxStdoutBytes < 1:
 		return bad("max-stdout-bytes", "--max-stdout-bytes must be at least 1, got %d", o.maxStdoutBytes)
+	case o.artifactLimit < 1:
+		return bad("max-artifact-bytes", "--max-artifact-bytes must be at least 1, got %d", o.artifactLimit)
 	}
 	switch o.scope {
 	case "auto", "process-group", "cgroup":

@@ -391,8 +391,40 @@ func (s *Server) openArtifact(ex *execution, stream string) io.WriteCloser {
 		ex.log.Warn().Err(err).Str("stream", stream).Msg("cannot write artifact; output is drained without a copy")
 		return nil
 	}
-	return f
+	return &artifact{f: f, left: s.cfg.ArtifactLimit, log: ex.log.With().Str("stream", stream).Logger()}
 }
+
+// artifact is one stream's artifact file. It stops growing at
+// --max-artifact-bytes (rule 6.11): a survivor may write for as long as it
+// lives, and its output goes on being drained (so that it never blocks on a
+// full pipe) but no longer kept. Write takes all of p even past the limit,
+// so that the drain never counts the copy as failed.
+type artifact struct {
+	f    *os.File
+	left int64 // bytes the file may still grow by
+	log  zerolog.Logger
+}
+
+func (a *artifact) Write(p []byte) (int, error) {
+	if a.left <= 0 {
+		return len(p), nil
+	}
+	keep := p
+	if int64(len(keep)) > a.left {
+		keep = keep[:a.left]
+	}
+	n, err := a.f.Write(keep)
+	a.left -= int64(n)
+	if err != nil {
+		return n, err
+	}
+	if a.left == 0 {
+		a.log.Info().Msg("artifact reached --max-artifact-bytes; the rest of the stream is drained and dropped")
+	}
+	return len(p), nil
+}
+
+func (a *artifact) Close() error { return a.f.Close() }
 
 func closeAll(cs ...io.WriteCloser) {
 	for _, c := range cs {
