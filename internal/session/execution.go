@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -135,7 +136,7 @@ func (s *Server) run(ex *execution) (res protocol.Executed) {
 			ev = ex.log.Warn()
 		}
 		ev.Str("termination", res.Termination).Int("exitCode", res.ExitCode).
-			Str("settlement", res.Settlement).Int("survivors", len(res.Survivors)).
+			Str("settlement", res.Settlement).Int("survivors", len(res.Survivors)+res.SurvivorsOmitted).
 			Int64("durationMs", res.DurationMs).Msg("execution ended")
 	}()
 
@@ -228,7 +229,7 @@ func (s *Server) run(ex *execution) (res protocol.Executed) {
 		out.fill(&res, req.ResultToken, false)
 		members, err := lookAfterExit(scope)
 		if err != nil || len(members) > 0 {
-			res.Survivors = describe(members, subj.PID)
+			res.Survivors, res.SurvivorsOmitted = describe(members, subj.PID)
 			scope.LeaveAlone()
 			ex.kept = scope
 		} else {
@@ -340,20 +341,32 @@ func lookAfterExit(scope exec.Scope) ([]exec.Member, error) {
 	}
 }
 
-// describe turns members into survivors, leaving out the subject itself.
-func describe(members []exec.Member, subject int) []protocol.Survivor {
-	out := make([]protocol.Survivor, 0, len(members))
+// describe turns members into survivors, in pid order, leaving out the
+// subject itself and any pid listed twice. It lists at most
+// protocol.MaxSurvivors and counts the rest; only those listed have their
+// command line read (exec.Argv reads at most 4 KiB of one).
+func describe(members []exec.Member, subject int) (list []protocol.Survivor, omitted int) {
+	pids := make([]int, 0, len(members))
 	for _, m := range members {
-		if m.PID == subject {
-			continue
+		if m.PID != subject {
+			pids = append(pids, m.PID)
 		}
-		argv := exec.Argv(m.PID)
+	}
+	slices.Sort(pids)
+	pids = slices.Compact(pids)
+	if len(pids) > protocol.MaxSurvivors {
+		omitted = len(pids) - protocol.MaxSurvivors
+		pids = pids[:protocol.MaxSurvivors]
+	}
+	list = make([]protocol.Survivor, 0, len(pids))
+	for _, pid := range pids {
+		argv := exec.Argv(pid)
 		if argv == nil {
 			argv = []string{}
 		}
-		out = append(out, protocol.Survivor{PID: m.PID, Argv: argv})
+		list = append(list, protocol.Survivor{PID: pid, Argv: argv})
 	}
-	return out
+	return list, omitted
 }
 
 // spawnFailure maps a failed start to the exit code and detail of protocol
