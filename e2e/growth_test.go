@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -103,4 +105,60 @@ func killAll(t *testing.T, pids []int) {
 		}
 		return true
 	})
+}
+
+// Rule 6.11, watching: scopes kept for their survivors (so that verify can
+// list them) are watched at a cost that does not grow with their number
+// while nothing changes. With 200 of them, each holding one sleeping
+// survivor, an idle relayd stays under a generous 5% of a core (1,000 of
+// them cost 58% of a core in process-group mode before the back-off; the
+// measurement is in the commit that added it).
+func TestKeptScopesIdleCost(t *testing.T) { eachScope(t, keptScopesIdleCost) }
+
+func keptScopesIdleCost(t *testing.T, mech string) {
+	const kept = 200
+	d := startRelayd(t, opts{scope: mech})
+	c := d.connect()
+	pidFile := d.pidFile("sleepers.pid")
+	for i := 0; i < kept; i++ {
+		r := c.sh(`sleep 600 & echo $! >> `+q(pidFile)+`; exit 0`, nil)
+		if n := len(survivorPids(t, r)); n != 1 {
+			t.Fatalf("execute %d left %d survivors; want 1", i, n)
+		}
+	}
+	sleepers := readPids(pidFile)
+	// The back-off reaches its longest wait within a few seconds of quiet.
+	time.Sleep(5 * time.Second)
+	pid := d.cmd.Process.Pid
+	began, cpu0 := time.Now(), cpuTime(t, pid)
+	time.Sleep(5 * time.Second)
+	used, elapsed := cpuTime(t, pid)-cpu0, time.Since(began)
+	share := float64(used) / float64(elapsed)
+	t.Logf("%s, %d kept scopes: relayd used %s of CPU in %s idle (%.2f%% of a core)", mech, kept, used, elapsed.Round(time.Millisecond), 100*share)
+	if share > 0.05 {
+		t.Errorf("relayd used %.1f%% of a core idle with %d kept scopes; want under 5%%", 100*share, kept)
+	}
+	v := c.request(msg{"kind": "verify"})
+	if got := len(survivorPids(t, v)); got != kept {
+		t.Errorf("verify lists %d survivors; want %d", got, kept)
+	}
+	killAll(t, sleepers)
+	d.stopClean()
+}
+
+// cpuTime is the CPU time (user and system, all threads) pid has used.
+func cpuTime(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+2:]))
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("/proc/%d/stat: bad utime or stime", pid)
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond // clock ticks of 1/100 s
 }

@@ -45,6 +45,7 @@ type Cgroups struct {
 
 	mu      sync.Mutex
 	pending map[*cgScope]bool // leaves with survivors, removed once empty
+	kick    chan struct{}     // a leaf was added to pending: sweep at the short interval again
 }
 
 // NewCgroups proves that cgroup scopes work under base and sets them up:
@@ -56,7 +57,7 @@ type Cgroups struct {
 // home is the cgroup relayd runs in now, where Release moves it back.
 func NewCgroups(ctx context.Context, r *Reaper, base, home string) (*Cgroups, error) {
 	c := &Cgroups{base: base, home: home, subtree: filepath.Join(base, "relayd-"+strconv.Itoa(os.Getpid())),
-		pending: make(map[*cgScope]bool)}
+		pending: make(map[*cgScope]bool), kick: make(chan struct{}, 1)}
 	if err := faultCgroupSetup(); err != nil {
 		return nil, err
 	}
@@ -184,23 +185,49 @@ func processExists(pid int) bool {
 	return err == nil || errors.Is(err, unix.EPERM)
 }
 
+// The sweep's timing: every sweepInterval after a leaf is handed to it or
+// removed, doubling while nothing goes up to maxSweepInterval, and at least
+// idleCost times as long as the last sweep took, so that leaves kept for
+// their survivors cost at most about 1% of a core however many there are
+// (rule 6.11).
+const (
+	sweepInterval    = time.Second
+	maxSweepInterval = 8 * time.Second
+)
+
 // sweep removes leaves whose survivors have all gone.
 func (c *Cgroups) sweep(ctx context.Context) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
+	wait := sweepInterval
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-c.kick:
+			if wait > sweepInterval {
+				wait = sweepInterval
+				timer.Reset(wait)
+			}
+			continue
+		case <-timer.C:
 		}
+		began := time.Now()
+		removed := false
 		c.mu.Lock()
 		for s := range c.pending {
 			if s.remove() {
 				delete(c.pending, s)
+				removed = true
 			}
 		}
 		c.mu.Unlock()
+		if removed {
+			wait = sweepInterval
+		} else {
+			wait = max(min(2*wait, maxSweepInterval), idleCost*time.Since(began))
+		}
+		timer.Reset(wait)
 	}
 }
 
@@ -479,6 +506,10 @@ func (s *cgScope) LeaveAlone() {
 		s.c.mu.Lock()
 		s.c.pending[s] = true
 		s.c.mu.Unlock()
+		select {
+		case s.c.kick <- struct{}{}:
+		default: // a kick is already waiting
+		}
 	}
 }
 
