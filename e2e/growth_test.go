@@ -112,7 +112,8 @@ func killAll(t *testing.T, pids []int) {
 // while nothing changes. With 200 of them, each holding one sleeping
 // survivor, an idle relayd stays under a generous 5% of a core (1,000 of
 // them cost 58% of a core in process-group mode before the back-off; the
-// measurement is in the commit that added it).
+// measurement is in the commit that added it), and one verify, which looks
+// at all of them, costs under half a second of CPU.
 func TestKeptScopesIdleCost(t *testing.T) { eachScope(t, keptScopesIdleCost) }
 
 func keptScopesIdleCost(t *testing.T, mech string) {
@@ -138,9 +139,16 @@ func keptScopesIdleCost(t *testing.T, mech string) {
 	if share > 0.05 {
 		t.Errorf("relayd used %.1f%% of a core idle with %d kept scopes; want under 5%%", 100*share, kept)
 	}
+	// verify looks at every kept scope: once for all, not once each.
+	cpu0 = cpuTime(t, pid)
 	v := c.request(msg{"kind": "verify"})
+	used = cpuTime(t, pid) - cpu0
+	t.Logf("%s, %d kept scopes: verify used %s of CPU", mech, kept, used)
 	if got := len(survivorPids(t, v)); got != kept {
 		t.Errorf("verify lists %d survivors; want %d", got, kept)
+	}
+	if used > 500*time.Millisecond {
+		t.Errorf("verify used %s of CPU with %d kept scopes; want under 500ms", used, kept)
 	}
 	killAll(t, sleepers)
 	d.stopClean()

@@ -283,9 +283,10 @@ func (cn *conn) answerVerifies() string {
 // the rest, and stops tracking scopes that are empty.
 func (cn *conn) survivors() ([]protocol.Survivor, int) {
 	var all []exec.Member
+	looks, errs := exec.MembersOf(cn.kept) // one look for all, not one each
 	kept := cn.kept[:0]
-	for _, sc := range cn.kept {
-		members, err := sc.Members()
+	for i, sc := range cn.kept {
+		members, err := looks[i], errs[i]
 		if err != nil {
 			kept = append(kept, sc)
 			continue
