@@ -29,6 +29,7 @@ type options struct {
 	artifactsDir    string
 	stateDir        string
 	stateDirGiven   bool // --state-dir or its twin was set: a directory that cannot be used is an error, not a warning
+	artifactLimit   byteSize // --max-artifact-bytes
 	scope           string
 	cgroupRoot      string
 	destroyCommand  string
@@ -51,6 +52,7 @@ func defaultOptions() options {
 		maxLineBytes:    1 << 20,
 		maxStdoutBytes:  1 << 20,
 		stateDir:        "/run/relayd",
+		artifactLimit:   64 << 20,
 		scope:           "auto",
 		logFormat:       "json",
 		logLevel:        "info",
@@ -85,6 +87,7 @@ func parseFlags(args []string, getenv func(string) string) (options, *pflag.Flag
 	fs.Var(&o.maxStdoutBytes, "max-stdout-bytes", "raw-mode stdout returned per execution")
 	fs.StringVar(&o.artifactsDir, "artifacts-dir", o.artifactsDir, "directory for each execution's complete stdout and stderr")
 	fs.StringVar(&o.stateDir, "state-dir", o.stateDir, "directory where relayd records its running process-group scopes, so that a relayd started after this one is killed settles what it left running")
+	fs.Var(&o.artifactLimit, "max-artifact-bytes", "most bytes of one stream kept in --artifacts-dir per execution; past it the artifact stops growing and the rest is drained and dropped")
 	fs.StringVar(&o.scope, "scope", o.scope, "scope mechanism: auto (cgroup when proven to work, else process-group), cgroup or process-group")
 	fs.StringVar(&o.cgroupRoot, "cgroup-root", o.cgroupRoot, "cgroup v2 directory to create execution leaves under (default: relayd's own cgroup)")
 	fs.StringVar(&o.destroyCommand, "destroy-command", o.destroyCommand, "command run with /bin/sh -c when a settlement cannot be confirmed (destroy), bounded by --teardown-timeout")
@@ -151,6 +154,8 @@ func (o options) validate() error {
 		return bad("max-stdout-bytes", "--max-stdout-bytes must be at least 1, got %d", o.maxStdoutBytes)
 	case o.stateDir == "":
 		return bad("state-dir", "--state-dir must name a directory")
+	case o.artifactLimit < 1:
+		return bad("max-artifact-bytes", "--max-artifact-bytes must be at least 1, got %d", o.artifactLimit)
 	}
 	switch o.scope {
 	case "auto", "process-group", "cgroup":

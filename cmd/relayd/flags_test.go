@@ -47,6 +47,8 @@ var section9 = map[string]string{
 	"scope":            "auto",
 	"log-level":        "info",
 	"log-format":       "json",
+
+	"max-artifact-bytes": "67108864", // 64MiB
 }
 
 func TestParseFlagsDefaults(t *testing.T) {
@@ -65,6 +67,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 		maxLineBytes:    1 << 20,
 		maxStdoutBytes:  1 << 20,
 		stateDir:        "/run/relayd",
+		artifactLimit:   64 << 20,
 		scope:           "auto",
 		logFormat:       "json",
 		logLevel:        "info",
@@ -127,6 +130,8 @@ var twinCases = map[string]twinCase{
 	"destroy-command":  {"reboot-vm", func(o options) bool { return o.destroyCommand == "reboot-vm" }, ""},
 	"log-format":       {"console", func(o options) bool { return o.logFormat == "console" }, ""},
 	"log-level":        {"debug", func(o options) bool { return o.logLevel == "debug" }, ""},
+
+	"max-artifact-bytes": {"100kB", func(o options) bool { return o.artifactLimit == 100000 }, "64M"},
 }
 
 // noTwin are the flags that are actions, not configuration: an environment
@@ -206,6 +211,8 @@ func TestEnvironmentTwinValidationNamesVariable(t *testing.T) {
 		"RELAYD_MAX_LINE_BYTES":   "10",
 		"RELAYD_CONNECT_TIMEOUT":  "0s",
 		"RELAYD_MAX_STDOUT_BYTES": "0",
+
+		"RELAYD_MAX_ARTIFACT_BYTES": "0",
 	}
 	for twin, value := range cases {
 		t.Run(twin, func(t *testing.T) {
@@ -227,7 +234,7 @@ func TestFlagWinsOverTwin(t *testing.T) {
 		"token-file": "/flag/token", "workspace": "/flag/ws", "instruction-file": "/flag/task",
 		"term-grace": "1s", "teardown-timeout": "30s", "write-timeout": "7s",
 		"auth-timeout": "9s", "max-connections": "7", "subject-user": "nobody",
-		"max-line-bytes": "4096", "max-stdout-bytes": "12345", "artifacts-dir": "/flag/art", "state-dir": "/flag/state",
+		"max-line-bytes": "4096", "max-stdout-bytes": "12345", "artifacts-dir": "/flag/art", "state-dir": "/flag/state", "max-artifact-bytes": "1GiB",
 		"scope": "cgroup", "cgroup-root": "/flag/cg", "destroy-command": "true",
 		"log-format": "json", "log-level": "warn",
 	}
@@ -419,6 +426,8 @@ func TestValidate(t *testing.T) {
 		{"tiny line limit", func(o *options) { o.maxLineBytes = 1023 }, []string{"--max-line-bytes"}},
 		{"line limit 1KiB", func(o *options) { o.maxLineBytes = 1024 }, nil},
 		{"no stdout", func(o *options) { o.maxStdoutBytes = 0 }, []string{"--max-stdout-bytes"}},
+		{"no artifact", func(o *options) { o.artifactLimit = 0 }, []string{"--max-artifact-bytes"}},
+		{"one-byte artifacts", func(o *options) { o.artifactLimit = 1 }, nil},
 		{"scope process-group", func(o *options) { o.scope = "process-group" }, nil},
 		{"scope cgroup", func(o *options) { o.scope = "cgroup" }, nil}, // refused later if the host has none: TestRunRefusesUnusableCgroup
 		{"bad scope", func(o *options) { o.scope = "jail" }, []string{"--scope", `"jail"`, "auto", "cgroup", "process-group"}},

@@ -177,6 +177,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, sp
 		MaxLineBytes:    int(o.maxLineBytes),
 		MaxStdoutBytes:  int(o.maxStdoutBytes),
 		ArtifactsDir:    o.artifactsDir,
+		ArtifactLimit:   int64(o.artifactLimit),
 		SubjectUser:     subjectUser,
 		BaseEnv:         env.Base(os.Environ()),
 		Reaper:          reaper,

@@ -28,9 +28,14 @@ const Cgroup = "cgroup"
 //
 // The subject is born inside its leaf (clone3 with CLONE_INTO_CGROUP), so no
 // descendant can be outside it: setsid and double forks do not leave a
-// cgroup. Membership is the leaf's cgroup.procs; emptiness is its
-// cgroup.events "populated 0"; SIGKILL is cgroup.kill, which also catches
-// processes forked while it runs.
+// cgroup. A subject with write access to the hierarchy (relayd's own user,
+// root) can make child cgroups below its leaf and move processes into them;
+// they stay members (rule 6.5). Membership is cgroup.procs of the leaf and
+// of every cgroup below it; emptiness is the leaf's cgroup.events
+// "populated 0", which covers its descendants; SIGKILL is cgroup.kill, which
+// reaches the whole subtree and also catches processes forked while it runs.
+// A leaf goes, with the cgroups below it, deepest first, once all of it is
+// empty.
 type Cgroups struct {
 	base    string // where relayd's subtree is made
 	home    string // the cgroup relayd was started in
@@ -40,6 +45,7 @@ type Cgroups struct {
 
 	mu      sync.Mutex
 	pending map[*cgScope]bool // leaves with survivors, removed once empty
+	kick    chan struct{}     // a leaf was added to pending: sweep at the short interval again
 }
 
 // NewCgroups proves that cgroup scopes work under base and sets them up:
@@ -51,7 +57,7 @@ type Cgroups struct {
 // home is the cgroup relayd runs in now, where Release moves it back.
 func NewCgroups(ctx context.Context, r *Reaper, base, home string) (*Cgroups, error) {
 	c := &Cgroups{base: base, home: home, subtree: filepath.Join(base, "relayd-"+strconv.Itoa(os.Getpid())),
-		pending: make(map[*cgScope]bool)}
+		pending: make(map[*cgScope]bool), kick: make(chan struct{}, 1)}
 	if err := faultCgroupSetup(); err != nil {
 		return nil, err
 	}
@@ -136,12 +142,12 @@ func (c *Cgroups) Release() {
 }
 
 // removeEmptyLeaves removes every execution leaf of the subtree that is
-// empty (the kernel refuses to remove the others).
+// empty, with the cgroups below it (the kernel refuses to remove the others).
 func (c *Cgroups) removeEmptyLeaves() {
 	entries, _ := os.ReadDir(c.subtree)
 	for _, e := range entries {
 		if e.IsDir() && e.Name() != "daemon" {
-			_ = os.Remove(filepath.Join(c.subtree, e.Name()))
+			removeIfEmpty(filepath.Join(c.subtree, e.Name()))
 		}
 	}
 }
@@ -163,7 +169,7 @@ func CleanStale(base string) []string {
 		sub := filepath.Join(base, e.Name())
 		leaves, _ := os.ReadDir(sub)
 		for _, l := range leaves {
-			if l.IsDir() && os.Remove(filepath.Join(sub, l.Name())) == nil {
+			if l.IsDir() && removeIfEmpty(filepath.Join(sub, l.Name())) {
 				removed = append(removed, filepath.Join(sub, l.Name()))
 			}
 		}
@@ -179,23 +185,49 @@ func processExists(pid int) bool {
 	return err == nil || errors.Is(err, unix.EPERM)
 }
 
+// The sweep's timing: every sweepInterval after a leaf is handed to it or
+// removed, doubling while nothing goes up to maxSweepInterval, and at least
+// idleCost times as long as the last sweep took, so that leaves kept for
+// their survivors cost at most about 1% of a core however many there are
+// (rule 6.11).
+const (
+	sweepInterval    = time.Second
+	maxSweepInterval = 8 * time.Second
+)
+
 // sweep removes leaves whose survivors have all gone.
 func (c *Cgroups) sweep(ctx context.Context) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
+	wait := sweepInterval
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-c.kick:
+			if wait > sweepInterval {
+				wait = sweepInterval
+				timer.Reset(wait)
+			}
+			continue
+		case <-timer.C:
 		}
+		began := time.Now()
+		removed := false
 		c.mu.Lock()
 		for s := range c.pending {
 			if s.remove() {
 				delete(c.pending, s)
+				removed = true
 			}
 		}
 		c.mu.Unlock()
+		if removed {
+			wait = sweepInterval
+		} else {
+			wait = max(min(2*wait, maxSweepInterval), idleCost*time.Since(began))
+		}
+		timer.Reset(wait)
 	}
 }
 
@@ -257,8 +289,11 @@ func (s *cgScope) started(int) {
 	}
 }
 
-// Members reads the leaf's cgroup.procs. An empty list counts only when
-// cgroup.events also says "populated 0"; any read failure is no evidence.
+// Members reads cgroup.procs of the leaf and of every cgroup below it. An
+// empty list counts only when the leaf's cgroup.events also says
+// "populated 0" (which covers the cgroups below it: a process that moves
+// between two of them while they are read is missed by the list, never by
+// this); any read failure is no evidence.
 func (s *cgScope) Members() ([]Member, error) {
 	if s.removed.Load() {
 		return nil, nil
@@ -287,45 +322,113 @@ func (s *cgScope) Members() ([]Member, error) {
 	return out, nil
 }
 
+// procs lists the processes of the leaf and of every cgroup below it. A
+// cgroup below the leaf that goes away while it is read is skipped: it was
+// empty.
 func (s *cgScope) procs() ([]int, error) {
 	if err := faultCgroupRead(); err != nil {
 		return nil, err
 	}
-	b, err := os.ReadFile(filepath.Join(s.dir, "cgroup.procs"))
-	if err != nil {
-		return nil, fmt.Errorf("exec: reading %s/cgroup.procs: %w", s.dir, err)
-	}
 	var pids []int
-	for _, f := range bytes.Fields(b) {
-		pid, err := strconv.Atoi(string(f))
+	err := walkCgroups(s.dir, func(dir string) error {
+		b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 		if err != nil {
-			return nil, fmt.Errorf("exec: %s/cgroup.procs holds %q", s.dir, f)
+			if dir != s.dir && errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			return fmt.Errorf("exec: reading %s/cgroup.procs: %w", dir, err)
 		}
-		pids = append(pids, pid)
+		for _, f := range bytes.Fields(b) {
+			pid, err := strconv.Atoi(string(f))
+			if err != nil {
+				return fmt.Errorf("exec: %s/cgroup.procs holds %q", dir, f)
+			}
+			pids = append(pids, pid)
+		}
+		return nil
+	})
+	return pids, err
+}
+
+// walkCgroups calls fn for dir and then for every cgroup below it, each
+// parent before its children. A cgroup below dir that goes away while it is
+// listed is skipped.
+func walkCgroups(dir string, fn func(dir string) error) error {
+	queue := []string{dir}
+	for len(queue) > 0 {
+		d := queue[0]
+		queue = queue[1:]
+		if err := fn(d); err != nil {
+			return err
+		}
+		entries, err := os.ReadDir(d)
+		if err != nil {
+			if d != dir && errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			return fmt.Errorf("exec: listing cgroup %s: %w", d, err)
+		}
+		for _, e := range entries {
+			if e.IsDir() {
+				queue = append(queue, filepath.Join(d, e.Name()))
+			}
+		}
 	}
-	return pids, nil
+	return nil
 }
 
 func (s *cgScope) populated() (bool, error) {
 	if err := faultCgroupRead(); err != nil {
 		return false, err
 	}
-	b, err := os.ReadFile(filepath.Join(s.dir, "cgroup.events"))
+	return populated(s.dir)
+}
+
+// populated reads "populated" of dir's cgroup.events: whether any process
+// is in dir or in a cgroup below it.
+func populated(dir string) (bool, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.events"))
 	if err != nil {
-		return false, fmt.Errorf("exec: reading %s/cgroup.events: %w", s.dir, err)
+		return false, fmt.Errorf("exec: reading %s/cgroup.events: %w", dir, err)
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, "populated "); ok {
 			return v != "0", nil
 		}
 	}
-	return false, fmt.Errorf("exec: %s/cgroup.events has no populated line", s.dir)
+	return false, fmt.Errorf("exec: %s/cgroup.events has no populated line", dir)
 }
 
-// Signal sends sig to every process in the leaf. SIGKILL goes through
-// cgroup.kill where the kernel has it, which also catches a fork in flight;
-// without it the leaf is frozen first, so nothing forks while each process
-// is killed, and thawed after. Other signals go to each listed process
+// removeIfEmpty removes the cgroup dir and every cgroup below it, deepest
+// first, when no process is in any of them (dir's cgroup.events says
+// populated 0), and reports whether dir is gone. A populated tree is left
+// whole: the empty cgroups a survivor made below its leaf may still be its
+// to use.
+func removeIfEmpty(dir string) bool {
+	err := os.Remove(dir)
+	if err == nil || errors.Is(err, os.ErrNotExist) {
+		return true
+	}
+	if busy, err := populated(dir); err != nil || busy {
+		return false
+	}
+	var dirs []string
+	_ = walkCgroups(dir, func(d string) error {
+		dirs = append(dirs, d)
+		return nil
+	})
+	for i := len(dirs) - 1; i >= 0; i-- { // every cgroup after its parent: reversed, children first
+		_ = os.Remove(dirs[i])
+	}
+	_, err = os.Stat(dir)
+	return errors.Is(err, os.ErrNotExist)
+}
+
+// Signal sends sig to every process in the leaf and in the cgroups below it.
+// SIGKILL goes through cgroup.kill where the kernel has it, which reaches the
+// whole subtree and also catches a fork in flight; without it the leaf is
+// frozen first (which freezes the cgroups below it too), so nothing forks
+// while each process is killed, and thawed after. Other signals go to each listed process
 // through a pidfd opened before a second read of cgroup.procs confirms it is
 // still a member, so a pid reused outside the leaf is never signalled.
 func (s *cgScope) Signal(sig syscall.Signal) error {
@@ -421,16 +524,20 @@ func (s *cgScope) keep() {
 		s.c.mu.Lock()
 		s.c.pending[s] = true
 		s.c.mu.Unlock()
+		select {
+		case s.c.kick <- struct{}{}:
+		default: // a kick is already waiting
+		}
 	}
 }
 
-// remove removes the leaf if it is empty and reports whether it is gone.
+// remove removes the leaf, with the cgroups below it, if it is empty and
+// reports whether it is gone.
 func (s *cgScope) remove() bool {
 	if s.removed.Load() {
 		return true
 	}
-	err := os.Remove(s.dir)
-	if err == nil || errors.Is(err, os.ErrNotExist) {
+	if removeIfEmpty(s.dir) {
 		s.removed.Store(true)
 		return true
 	}

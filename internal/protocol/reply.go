@@ -45,6 +45,11 @@ type Ready struct {
 	Debug map[string]int `json:"debug,omitempty"`
 }
 
+// MaxSurvivors is the most survivors one reply lists (sections 4.2 and
+// 4.3); survivorsOmitted counts the rest, so that a subject that leaves
+// thousands of processes cannot make a reply grow with them.
+const MaxSurvivors = 1000
+
 // Survivor is a process of a scope still alive after its subject exited.
 type Survivor struct {
 	PID  int      `json:"pid"`
@@ -67,21 +72,22 @@ type ScopeInfo struct {
 
 // Executed is the reply to execute, sent once per execute when it ends.
 type Executed struct {
-	Token           string          `json:"token,omitempty"`
-	Kind            string          `json:"kind"` // "executed"
-	ID              json.RawMessage `json:"id,omitempty"`
-	Termination     string          `json:"termination"` // Exited or FrameworkTimeout
-	ExitCode        int             `json:"exitCode"`
-	Stdout          string          `json:"stdout"`
-	Diagnostic      Diagnostic      `json:"diagnostic"`
-	Execution       string          `json:"execution"`
-	Settlement      string          `json:"settlement"` // a Settle word
-	Survivors       []Survivor      `json:"survivors"`  // [] in JSON when nil
-	Scope           ScopeInfo       `json:"scope"`
-	Signal          string          `json:"signal,omitempty"`
-	StdoutTruncated *bool           `json:"stdoutTruncated,omitempty"` // raw mode only
-	Detail          string          `json:"detail,omitempty"`
-	DurationMs      int64           `json:"durationMs"`
+	Token            string          `json:"token,omitempty"`
+	Kind             string          `json:"kind"` // "executed"
+	ID               json.RawMessage `json:"id,omitempty"`
+	Termination      string          `json:"termination"` // Exited or FrameworkTimeout
+	ExitCode         int             `json:"exitCode"`
+	Stdout           string          `json:"stdout"`
+	Diagnostic       Diagnostic      `json:"diagnostic"`
+	Execution        string          `json:"execution"`
+	Settlement       string          `json:"settlement"`                 // a Settle word
+	Survivors        []Survivor      `json:"survivors"`                  // [] in JSON when nil; at most MaxSurvivors
+	SurvivorsOmitted int             `json:"survivorsOmitted,omitempty"` // survivors left out of Survivors
+	Scope            ScopeInfo       `json:"scope"`
+	Signal           string          `json:"signal,omitempty"`
+	StdoutTruncated  *bool           `json:"stdoutTruncated,omitempty"` // raw mode only
+	Detail           string          `json:"detail,omitempty"`
+	DurationMs       int64           `json:"durationMs"`
 }
 
 // MarshalJSON writes a nil Survivors as [].
@@ -95,11 +101,12 @@ func (e Executed) MarshalJSON() ([]byte, error) {
 
 // Verified is the reply to verify.
 type Verified struct {
-	Token     string          `json:"token,omitempty"`
-	Kind      string          `json:"kind"` // "verified"
-	ID        json.RawMessage `json:"id,omitempty"`
-	Quiescent bool            `json:"quiescent"`
-	Survivors []Survivor      `json:"survivors"` // [] in JSON when nil
+	Token            string          `json:"token,omitempty"`
+	Kind             string          `json:"kind"` // "verified"
+	ID               json.RawMessage `json:"id,omitempty"`
+	Quiescent        bool            `json:"quiescent"`
+	Survivors        []Survivor      `json:"survivors"`                  // [] in JSON when nil; at most MaxSurvivors
+	SurvivorsOmitted int             `json:"survivorsOmitted,omitempty"` // survivors left out of Survivors
 }
 
 // MarshalJSON writes a nil Survivors as [].

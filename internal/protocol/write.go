@@ -56,15 +56,16 @@ type executedHead struct {
 }
 
 type executedTail struct {
-	Diagnostic      Diagnostic `json:"diagnostic"`
-	Execution       string     `json:"execution"`
-	Settlement      string     `json:"settlement"`
-	Survivors       []Survivor `json:"survivors"`
-	Scope           ScopeInfo  `json:"scope"`
-	Signal          string     `json:"signal,omitempty"`
-	StdoutTruncated *bool      `json:"stdoutTruncated,omitempty"`
-	Detail          string     `json:"detail,omitempty"`
-	DurationMs      int64      `json:"durationMs"`
+	Diagnostic       Diagnostic `json:"diagnostic"`
+	Execution        string     `json:"execution"`
+	Settlement       string     `json:"settlement"`
+	Survivors        []Survivor `json:"survivors"`
+	SurvivorsOmitted int        `json:"survivorsOmitted,omitempty"`
+	Scope            ScopeInfo  `json:"scope"`
+	Signal           string     `json:"signal,omitempty"`
+	StdoutTruncated  *bool      `json:"stdoutTruncated,omitempty"`
+	Detail           string     `json:"detail,omitempty"`
+	DurationMs       int64      `json:"durationMs"`
 }
 
 func writeExecuted(w io.Writer, e Executed) error {
@@ -75,7 +76,7 @@ func writeExecuted(w io.Writer, e Executed) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrEncoding, err)
 	}
-	tail, err := json.Marshal(executedTail{e.Diagnostic, e.Execution, e.Settlement, e.Survivors, e.Scope,
+	tail, err := json.Marshal(executedTail{e.Diagnostic, e.Execution, e.Settlement, e.Survivors, e.SurvivorsOmitted, e.Scope,
 		e.Signal, e.StdoutTruncated, e.Detail, e.DurationMs})
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrEncoding, err)

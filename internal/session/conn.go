@@ -266,8 +266,8 @@ func (cn *conn) answerVerifies() string {
 		return ""
 	}
 	for _, id := range cn.verifyIDs {
-		v := protocol.Verified{Token: cn.token(), Kind: "verified", ID: id,
-			Quiescent: !cn.unconfirmed, Survivors: cn.survivors()}
+		v := protocol.Verified{Token: cn.token(), Kind: "verified", ID: id, Quiescent: !cn.unconfirmed}
+		v.Survivors, v.SurvivorsOmitted = cn.survivors()
 		cn.write(v)
 	}
 	cn.verifyIDs = nil
@@ -279,12 +279,14 @@ func (cn *conn) answerVerifies() string {
 }
 
 // survivors lists the live processes that exited subjects of this session
-// left behind, and stops tracking scopes that are empty.
-func (cn *conn) survivors() []protocol.Survivor {
-	out := []protocol.Survivor{}
+// left behind, each once and at most protocol.MaxSurvivors of them, counts
+// the rest, and stops tracking scopes that are empty.
+func (cn *conn) survivors() ([]protocol.Survivor, int) {
+	var all []exec.Member
+	looks, errs := exec.MembersOf(cn.kept) // one look for all, not one each
 	kept := cn.kept[:0]
-	for _, sc := range cn.kept {
-		members, err := sc.Members()
+	for i, sc := range cn.kept {
+		members, err := looks[i], errs[i]
 		if err != nil {
 			kept = append(kept, sc)
 			continue
@@ -294,10 +296,10 @@ func (cn *conn) survivors() []protocol.Survivor {
 			continue
 		}
 		kept = append(kept, sc)
-		out = append(out, describe(members, 0)...)
+		all = append(all, members...)
 	}
 	cn.kept = kept
-	return out
+	return describe(all, 0)
 }
 
 func (cn *conn) token() string {

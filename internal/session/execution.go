@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -135,7 +136,7 @@ func (s *Server) run(ex *execution) (res protocol.Executed) {
 			ev = ex.log.Warn()
 		}
 		ev.Str("termination", res.Termination).Int("exitCode", res.ExitCode).
-			Str("settlement", res.Settlement).Int("survivors", len(res.Survivors)).
+			Str("settlement", res.Settlement).Int("survivors", len(res.Survivors)+res.SurvivorsOmitted).
 			Int64("durationMs", res.DurationMs).Msg("execution ended")
 	}()
 
@@ -228,7 +229,7 @@ func (s *Server) run(ex *execution) (res protocol.Executed) {
 		out.fill(&res, req.ResultToken, false)
 		members, err := lookAfterExit(scope)
 		if err != nil || len(members) > 0 {
-			res.Survivors = describe(members, subj.PID)
+			res.Survivors, res.SurvivorsOmitted = describe(members, subj.PID)
 			scope.LeaveAlone()
 			ex.kept = scope
 		} else {
@@ -340,20 +341,32 @@ func lookAfterExit(scope exec.Scope) ([]exec.Member, error) {
 	}
 }
 
-// describe turns members into survivors, leaving out the subject itself.
-func describe(members []exec.Member, subject int) []protocol.Survivor {
-	out := make([]protocol.Survivor, 0, len(members))
+// describe turns members into survivors, in pid order, leaving out the
+// subject itself and any pid listed twice. It lists at most
+// protocol.MaxSurvivors and counts the rest; only those listed have their
+// command line read (exec.Argv reads at most 4 KiB of one).
+func describe(members []exec.Member, subject int) (list []protocol.Survivor, omitted int) {
+	pids := make([]int, 0, len(members))
 	for _, m := range members {
-		if m.PID == subject {
-			continue
+		if m.PID != subject {
+			pids = append(pids, m.PID)
 		}
-		argv := exec.Argv(m.PID)
+	}
+	slices.Sort(pids)
+	pids = slices.Compact(pids)
+	if len(pids) > protocol.MaxSurvivors {
+		omitted = len(pids) - protocol.MaxSurvivors
+		pids = pids[:protocol.MaxSurvivors]
+	}
+	list = make([]protocol.Survivor, 0, len(pids))
+	for _, pid := range pids {
+		argv := exec.Argv(pid)
 		if argv == nil {
 			argv = []string{}
 		}
-		out = append(out, protocol.Survivor{PID: m.PID, Argv: argv})
+		list = append(list, protocol.Survivor{PID: pid, Argv: argv})
 	}
-	return out
+	return list, omitted
 }
 
 // spawnFailure maps a failed start to the exit code and detail of protocol
@@ -391,8 +404,40 @@ func (s *Server) openArtifact(ex *execution, stream string) io.WriteCloser {
 		ex.log.Warn().Err(err).Str("stream", stream).Msg("cannot write artifact; output is drained without a copy")
 		return nil
 	}
-	return f
+	return &artifact{f: f, left: s.cfg.ArtifactLimit, log: ex.log.With().Str("stream", stream).Logger()}
 }
+
+// artifact is one stream's artifact file. It stops growing at
+// --max-artifact-bytes (rule 6.11): a survivor may write for as long as it
+// lives, and its output goes on being drained (so that it never blocks on a
+// full pipe) but no longer kept. Write takes all of p even past the limit,
+// so that the drain never counts the copy as failed.
+type artifact struct {
+	f    *os.File
+	left int64 // bytes the file may still grow by
+	log  zerolog.Logger
+}
+
+func (a *artifact) Write(p []byte) (int, error) {
+	if a.left <= 0 {
+		return len(p), nil
+	}
+	keep := p
+	if int64(len(keep)) > a.left {
+		keep = keep[:a.left]
+	}
+	n, err := a.f.Write(keep)
+	a.left -= int64(n)
+	if err != nil {
+		return n, err
+	}
+	if a.left == 0 {
+		a.log.Info().Msg("artifact reached --max-artifact-bytes; the rest of the stream is drained and dropped")
+	}
+	return len(p), nil
+}
+
+func (a *artifact) Close() error { return a.f.Close() }
 
 func closeAll(cs ...io.WriteCloser) {
 	for _, c := range cs {

@@ -46,6 +46,7 @@ type Config struct {
 	MaxLineBytes    int
 	MaxStdoutBytes  int
 	ArtifactsDir    string              // "" for none
+	ArtifactLimit   int64               // bytes per stream and execution (--max-artifact-bytes); 0: DefaultArtifactLimit
 	SubjectUser     *syscall.Credential // subjects run as this user; nil: as relayd
 	BaseEnv         []string            // relayd's environment less RELAYD_*
 	Reaper          *exec.Reaper
@@ -54,6 +55,9 @@ type Config struct {
 	Destroy         teardown.DestroyOptions // the fallback when a settlement lacks evidence
 	Log             zerolog.Logger
 }
+
+// DefaultArtifactLimit is the default of --max-artifact-bytes (protocol section 9).
+const DefaultArtifactLimit = 64 << 20
 
 // Server runs sessions, in listen mode or dial-out mode.
 type Server struct {
@@ -80,6 +84,9 @@ type Server struct {
 // New returns a Server. It picks the first execution number so that
 // artifacts of an earlier relayd in the same directory are never overwritten.
 func New(cfg Config) *Server {
+	if cfg.ArtifactLimit <= 0 {
+		cfg.ArtifactLimit = DefaultArtifactLimit
+	}
 	s := &Server{cfg: cfg, tokenDigest: sha256.Sum256(cfg.Token), log: cfg.Log,
 		stopping: make(chan struct{}), drained: make(chan struct{})}
 	s.destroyCtx, s.destroy = context.WithCancel(context.Background())
