@@ -28,7 +28,7 @@ type options struct {
 	maxStdoutBytes  byteSize
 	artifactsDir    string
 	stateDir        string
-	stateDirGiven   bool // --state-dir or its twin was set: a directory that cannot be used is an error, not a warning
+	stateDirGiven   bool     // --state-dir or its twin was set: a directory that cannot be used is an error, not a warning
 	artifactLimit   byteSize // --max-artifact-bytes
 	scope           string
 	cgroupRoot      string
