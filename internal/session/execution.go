@@ -117,14 +117,14 @@ func (o *output) fill(r *protocol.Executed, resultToken string, empty bool) {
 	}
 }
 
-// run carries one execution to its reply.
+// run carries one execution to its reply: start it, wait for its end,
+// then apply the one lifecycle rule that end calls for.
 func (s *Server) run(ex *execution) (res protocol.Executed) {
 	began := time.Now()
-	req := ex.req
 	res = protocol.Executed{Kind: "executed", ID: ex.reqID, Execution: ex.id,
 		Settlement: protocol.SettleNone, Survivors: []protocol.Survivor{},
 		Scope: protocol.ScopeInfo{Mechanism: s.cfg.Mechanism}, Termination: protocol.Exited}
-	out := newOutput(req, s.cfg.MaxStdoutBytes)
+	out := newOutput(ex.req, s.cfg.MaxStdoutBytes)
 	var ended time.Time // when the subject's status was collected
 	defer func() {
 		if ended.IsZero() {
@@ -140,15 +140,37 @@ func (s *Server) run(ex *execution) (res protocol.Executed) {
 			Int64("durationMs", res.DurationMs).Msg("execution ended")
 	}()
 
-	// Spawn failures: nothing ran, nothing is signalled.
-	failed := func(code int, detail string) protocol.Executed {
+	subj, scope, ok := s.start(ex, out, &res)
+	if !ok {
+		return res
+	}
+	st, exited, reason := s.awaitEnd(ex, subj)
+	switch {
+	case exited && !s.killedByDestroy(subj, st):
+		ended = st.At
+		s.leaveAlone(ex, subj, scope, st, out, &res)
+	case exited:
+		ended = st.At
+		s.destroyedElsewhere(subj, scope, out, &res)
+	default:
+		ended = s.settle(ex, subj, scope, reason, out, &res)
+	}
+	return res
+}
+
+// start starts the subject in a new scope. When it cannot (protocol 4.2:
+// 127, 126, or 111 when the scope cannot be set up), nothing ran and
+// nothing is signalled (rule 6.6): res says why and ok is false.
+func (s *Server) start(ex *execution, out *output, res *protocol.Executed) (*exec.Subject, exec.Scope, bool) {
+	req := ex.req
+	failed := func(code int, detail string) (*exec.Subject, exec.Scope, bool) {
 		res.ExitCode = code
 		res.Detail = detail
-		out.fill(&res, req.ResultToken, true)
+		out.fill(res, req.ResultToken, true)
 		if code == protocol.ExitScopeUnavailable {
 			res.Diagnostic = protocol.EmptyDiagnostic(protocol.DiagScopeUnavailable)
 		}
-		return res
+		return nil, nil, false
 	}
 	subjectEnv := env.Subject(s.cfg.BaseEnv, req.Environment, req.Credentials, req.ResultToken)
 	// The cwd is checked only when something failed: a stat on every
@@ -189,120 +211,112 @@ func (s *Server) run(ex *execution) (res protocol.Executed) {
 		return failed(spawnFailure(err, req.Command))
 	}
 	ex.log.Debug().Int("pid", subj.PID).Msg("execution started")
+	return subj, scope, true
+}
 
+// awaitEnd waits for the subject to exit or for the framework's end
+// (timeoutMs, or a stop: verify, transport loss, shutdown), and applies
+// rule 6.3: if the subject had already exited when the framework's end was
+// seen, it wins, and exited is true.
+func (s *Server) awaitEnd(ex *execution, subj *exec.Subject) (st exec.Status, exited bool, reason string) {
 	var deadline <-chan time.Time
-	if req.TimeoutMs > 0 {
-		t := time.NewTimer(time.Duration(req.TimeoutMs) * time.Millisecond)
+	if ex.req.TimeoutMs > 0 {
+		t := time.NewTimer(time.Duration(ex.req.TimeoutMs) * time.Millisecond)
 		defer t.Stop()
 		deadline = t.C
 	}
-	var st exec.Status
-	exited := false
-	reason := ""
 	select {
 	case st = <-subj.Exited():
-		exited = true
+		return st, true, ""
 	case <-deadline:
 		reason = "timeoutMs"
 	case reason = <-ex.stopCh:
 	}
-	if !exited {
-		// Rule 6.3: if the subject had already ended when the framework's end
-		// was seen, it wins. Collect any status that is waiting first.
-		s.cfg.Reaper.Sweep()
-		select {
-		case st = <-subj.Exited():
-			exited = true
-		default:
-		}
+	// Collect a status that is waiting before deciding.
+	s.cfg.Reaper.Sweep()
+	select {
+	case st = <-subj.Exited():
+		return st, true, ""
+	default:
+		return st, false, reason
 	}
-	if exited {
-		ended = st.At
-	}
-	if exited && !s.killedByDestroy(subj, st) {
-		// Rule 6.1: an exited subject is left alone; survivors are reported.
-		res.ExitCode = st.ExitCode()
-		if !st.Exited {
-			res.Signal = unix.SignalName(st.Signal)
-		}
-		subj.CutStdout(cutLimit)
-		out.fill(&res, req.ResultToken, false)
-		members, err := lookAfterExit(scope)
-		if err != nil || len(members) > 0 {
-			res.Survivors, res.SurvivorsOmitted = describe(members, subj.PID)
-			scope.LeaveAlone()
-			ex.kept = scope
-		} else {
-			scope.Close()
-		}
-		if err != nil {
-			ex.log.Warn().Err(err).Msg("could not look for survivors")
-		}
-		return res
-	}
-	if exited {
-		// Killed by another execution's destroy of the whole namespace: the
-		// framework ended it, and nothing of it can be trusted.
-		reason = "namespace destroyed"
-		res.Termination = protocol.FrameworkTimeout
-		res.ExitCode = protocol.ExitFramework
-		res.Settlement = protocol.SettleDestroyed
-		s.unconfirmed.Store(true)
-		subj.CutStdout(0)
-		out.fill(&res, req.ResultToken, true)
-		scope.Close()
-		return res
-	}
+}
 
-	// Rule 6.2: the framework ended it; settle the whole scope.
+// leaveAlone is rule 6.1: the subject exited by itself, with any status;
+// nothing is signalled, and what remains of its scope is reported as
+// survivors and kept for verify.
+func (s *Server) leaveAlone(ex *execution, subj *exec.Subject, scope exec.Scope, st exec.Status, out *output, res *protocol.Executed) {
+	res.ExitCode = st.ExitCode()
+	if !st.Exited {
+		res.Signal = unix.SignalName(st.Signal)
+	}
+	subj.CutStdout(cutLimit)
+	out.fill(res, ex.req.ResultToken, false)
+	members, err := lookAfterExit(scope)
+	if err != nil || len(members) > 0 {
+		res.Survivors, res.SurvivorsOmitted = describe(members, subj.PID)
+		scope.LeaveAlone()
+		ex.kept = scope
+	} else {
+		scope.Close()
+	}
+	if err != nil {
+		ex.log.Warn().Err(err).Msg("could not look for survivors")
+	}
+}
+
+// destroyedElsewhere reports a subject that another execution's destroy of
+// the whole namespace killed: the framework ended it, and nothing of it can
+// be trusted.
+func (s *Server) destroyedElsewhere(subj *exec.Subject, scope exec.Scope, out *output, res *protocol.Executed) {
+	res.Termination = protocol.FrameworkTimeout
+	res.ExitCode = protocol.ExitFramework
+	res.Settlement = protocol.SettleDestroyed
+	s.unconfirmed.Store(true)
+	subj.CutStdout(0)
+	out.fill(res, "", true)
+	scope.Close()
+}
+
+// settle is rule 6.2: the framework ended the subject; the whole scope is
+// stopped (teardown.Stop: settle, else destroy), within --teardown-timeout.
+// It returns when the subject's status was collected.
+func (s *Server) settle(ex *execution, subj *exec.Subject, scope exec.Scope, reason string, out *output, res *protocol.Executed) (ended time.Time) {
 	ex.log.Info().Str("reason", reason).Msg("settling scope")
 	res.Termination = protocol.FrameworkTimeout
 	res.ExitCode = protocol.ExitFramework
-	teardownBy := time.Now().Add(s.cfg.TeardownTimeout)
-	outcome := teardown.Settle(s.destroyCtx, scope, teardown.Options{
-		Grace: s.cfg.TermGrace, Deadline: teardownBy.Add(-s.destroyReserve())})
+	r := teardown.Stop(s.destroyCtx, scope, teardown.Budget{Grace: s.cfg.TermGrace, Timeout: s.cfg.TeardownTimeout,
+		Destroy: s.cfg.Destroy, Destroying: func(o teardown.Outcome) {
+			ev := ex.log.Error().Int("remaining", len(o.Remaining)).Dur("elapsed", o.Elapsed)
+			if o.Err != nil {
+				ev = ev.AnErr("lastError", o.Err)
+			}
+			ev.Bool("killNamespace", s.cfg.Destroy.KillNamespace).Msg("settlement not confirmed; destroying")
+		}})
 	select {
 	case st := <-subj.Exited():
 		ended = st.At
 	default:
 	}
-	if outcome.Confirmed {
+	switch {
+	case r.Confirmed:
 		res.Settlement = protocol.SettleSettled
 		subj.CutStdout(cutLimit)
-		out.fill(&res, req.ResultToken, false)
-	} else {
-		res.Settlement = s.destroyScope(ex, scope, outcome, teardownBy)
+		out.fill(res, ex.req.ResultToken, false)
+	default:
+		s.unconfirmed.Store(true)
+		if r.DestroyErr != nil {
+			ex.log.Error().Err(r.DestroyErr).Msg("destroy reported a failure")
+		}
+		res.Settlement = protocol.SettleFailed
+		if r.Destroyed {
+			res.Settlement = protocol.SettleDestroyed
+		}
 		subj.CutStdout(0)
-		out.fill(&res, req.ResultToken, true)
+		out.fill(res, ex.req.ResultToken, true)
 	}
 	scope.Close()
-	return res
-}
-
-// destroyScope is the fallback when a settlement lacked evidence (protocol
-// section 8), or a second shutdown signal cut it short.
-func (s *Server) destroyScope(ex *execution, scope exec.Scope, outcome teardown.Outcome, deadline time.Time) string {
-	s.unconfirmed.Store(true)
-	ev := ex.log.Error().Int("remaining", len(outcome.Remaining)).Dur("elapsed", outcome.Elapsed)
-	if outcome.Err != nil {
-		ev = ev.AnErr("lastError", outcome.Err)
-	}
-	ev.Bool("killNamespace", s.cfg.Destroy.KillNamespace).Msg("settlement not confirmed; destroying")
-	last := time.Now().Add(s.destroyReserve())
-	if last.After(deadline) {
-		last = deadline
-	}
-	if s.cfg.Destroy.KillNamespace {
-		s.nsKilledAt.Store(time.Now().UnixNano())
-	}
-	confirmed, err := teardown.Destroy(scope, s.cfg.Destroy, last)
-	if err != nil {
-		ex.log.Error().Err(err).Msg("destroy reported a failure")
-	}
-	if confirmed {
-		return protocol.SettleDestroyed
-	}
-	return protocol.SettleFailed
+	return ended
 }
 
 // killedByDestroy reports whether a subject that died of SIGKILL was
@@ -315,16 +329,6 @@ func (s *Server) killedByDestroy(subj *exec.Subject, st exec.Status) bool {
 	}
 	kill := time.Unix(0, at)
 	return subj.Started.Before(kill) && !st.At.Before(kill)
-}
-
-// destroyReserve is the part of the teardown deadline kept for destroy: a
-// fifth of it, at most 200ms, or a full fifth when a --destroy-command must
-// run in it too.
-func (s *Server) destroyReserve() time.Duration {
-	if s.cfg.Destroy.Command != nil {
-		return s.cfg.TeardownTimeout / 5
-	}
-	return min(s.cfg.TeardownTimeout/5, 200*time.Millisecond)
 }
 
 // lookAfterExit looks for survivors once the subject has exited; a look

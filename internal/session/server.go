@@ -91,6 +91,9 @@ func New(cfg Config) *Server {
 		stopping: make(chan struct{}), drained: make(chan struct{})}
 	s.destroyCtx, s.destroy = context.WithCancel(context.Background())
 	s.nextID.Store(lastArtifact(cfg.ArtifactsDir))
+	// A subject that a destroy of the whole namespace kills was ended by the
+	// framework, not by itself (killedByDestroy).
+	s.cfg.Destroy.KillingNamespace = func(at time.Time) { s.nsKilledAt.Store(at.UnixNano()) }
 	return s
 }
 

@@ -18,6 +18,9 @@ type DestroyOptions struct {
 	// Command runs the operator's --destroy-command, if any, and must
 	// return by the deadline it is given.
 	Command func(deadline time.Time) error
+	// KillingNamespace, when set, is called just before every other process
+	// of the namespace is SIGKILLed, with the time.
+	KillingNamespace func(at time.Time)
 }
 
 // allSignaller is a scope with processes that count for its evidence but
@@ -41,6 +44,9 @@ func Destroy(scope Scope, opts DestroyOptions, deadline time.Time) (confirmed bo
 		errs = append(errs, err)
 	}
 	if opts.KillNamespace && unix.Getpid() == 1 {
+		if opts.KillingNamespace != nil {
+			opts.KillingNamespace(time.Now())
+		}
 		// kill(-1) from PID 1 reaches every process of its namespace but itself.
 		if err := unix.Kill(-1, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
 			errs = append(errs, fmt.Errorf("teardown.Destroy: kill(-1): %w", err))

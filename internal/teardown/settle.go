@@ -57,6 +57,66 @@ type memberSignaller interface {
 	SignalMembers(members []exec.Member, sig syscall.Signal) error
 }
 
+// Result is the whole story of stopping a scope, as a reply tells it.
+type Result struct {
+	// Confirmed: the settlement had its evidence ("settled"). Otherwise
+	// Destroyed tells whether the destroy that followed confirmed the
+	// scope empty ("destroyed") or not ("failed").
+	Confirmed, Destroyed bool
+	Outcome              Outcome // of the settlement
+	DestroyErr           error   // what the destroy reported, if it ran
+}
+
+// Budget bounds stopping a scope: Grace from SIGTERM to SIGKILL, Timeout
+// for the whole of it, destroy included.
+type Budget struct {
+	Grace   time.Duration
+	Timeout time.Duration
+	Destroy DestroyOptions
+	// Destroying, when set, is called once the settlement has failed, just
+	// before the destroy runs (for a log line).
+	Destroying func(Outcome)
+}
+
+// destroyReserve is the part of the teardown budget kept for a destroy: a
+// fifth of it, at most 200 ms, or a full fifth when a destroy command must
+// run in it too. killReserve is the part of a settlement's own window kept
+// after its first SIGKILL to see the effect: a fifth, at most 100 ms.
+// Together with the grace they are every constant of a settlement's time.
+func destroyReserve(b Budget) time.Duration {
+	if b.Destroy.Command != nil {
+		return b.Timeout / 5
+	}
+	return min(b.Timeout/5, 200*time.Millisecond)
+}
+
+func killReserve(window time.Duration) time.Duration {
+	return min(window/5, 100*time.Millisecond)
+}
+
+// Stop is the whole of stopping a scope (protocol rules 6.2, 6.5, 6.7 and
+// section 8), bounded by b.Timeout from now: settle it (Settle) within the
+// budget less the destroy reserve, and, if that brings no evidence, destroy
+// (Destroy) with what is left. ctx ends the settlement early (a second
+// shutdown signal): it goes straight to the destroy.
+func Stop(ctx context.Context, scope Scope, b Budget) Result {
+	by := time.Now().Add(b.Timeout)
+	reserve := destroyReserve(b)
+	out := Settle(ctx, scope, Options{Grace: b.Grace, Deadline: by.Add(-reserve)})
+	if out.Confirmed {
+		return Result{Confirmed: true, Outcome: out}
+	}
+	if b.Destroying != nil {
+		b.Destroying(out)
+	}
+	last := time.Now().Add(reserve)
+	if last.After(by) {
+		last = by
+	}
+	confirmed, err := Destroy(scope, b.Destroy, last)
+	return Result{Destroyed: confirmed, Outcome: out, DestroyErr: err}
+}
+
 // Settle stops every process of scope: SIGTERM, up to opts.Grace for the
 // scope to empty, then SIGKILL (again on every look, so that late forks die
 // too) until the scope is confirmed empty or opts.Deadline passes. ctx ends
@@ -72,7 +132,7 @@ func Settle(ctx context.Context, scope Scope, opts Options) Outcome {
 	// SIGKILL always comes before the deadline, with a fifth of the window
 	// (at most 100ms) left to see its effect, however long the grace.
 	graceEnd := began.Add(opts.Grace)
-	killBy := opts.Deadline.Add(-min(opts.Deadline.Sub(began)/5, 100*time.Millisecond))
+	killBy := opts.Deadline.Add(-killReserve(opts.Deadline.Sub(began)))
 	if graceEnd.After(killBy) {
 		graceEnd = killBy
 	}

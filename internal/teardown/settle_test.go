@@ -760,3 +760,38 @@ func TestSettleKillsDuringALook(t *testing.T) {
 		}
 	}
 }
+
+// Stop is the whole story: a settlement with evidence is settled and
+// nothing is destroyed; one without is destroyed, and the destroy ends
+// within the same budget, before Stop returns.
+func TestStop(t *testing.T) {
+	t.Run("evidence: settled, no destroy", func(t *testing.T) {
+		f := &fakeScope{looks: []look{live, empty}}
+		destroying := false
+		r := teardown.Stop(context.Background(), f, teardown.Budget{Grace: 50 * time.Millisecond, Timeout: time.Second,
+			Destroying: func(teardown.Outcome) { destroying = true }})
+		if !r.Confirmed || destroying {
+			t.Fatalf("Stop = %+v, destroy ran %v; want confirmed without a destroy", r, destroying)
+		}
+	})
+	t.Run("no evidence: destroyed within the budget", func(t *testing.T) {
+		f := &fakeScope{looks: []look{failing}}
+		var settledFor time.Duration
+		began := time.Now()
+		commandRan := false
+		r := teardown.Stop(context.Background(), f, teardown.Budget{Grace: 50 * time.Millisecond, Timeout: 500 * time.Millisecond,
+			Destroy:    teardown.DestroyOptions{Command: func(time.Time) error { commandRan = true; return nil }},
+			Destroying: func(o teardown.Outcome) { settledFor = time.Since(began) }})
+		took := time.Since(began)
+		if r.Confirmed || r.Destroyed || !commandRan {
+			t.Fatalf("Stop = %+v, command ran %v; want a destroy that could not confirm either", r, commandRan)
+		}
+		// A fifth of the budget is kept for the destroy when a command must run.
+		if settledFor < 350*time.Millisecond {
+			t.Fatalf("the settlement gave up after %s of a 500ms budget; want 400ms, a fifth kept for the destroy", settledFor)
+		}
+		if took > 500*time.Millisecond+time.Second {
+			t.Fatalf("Stop took %s; want about its 500ms budget", took)
+		}
+	})
+}
