@@ -62,6 +62,9 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.RemoveAll(dir)
+	if attacksDir != "" {
+		os.RemoveAll(attacksDir)
+	}
 	os.Exit(code)
 }
 
