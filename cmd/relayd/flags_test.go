@@ -528,7 +528,7 @@ func TestRunVersion(t *testing.T) {
 	for _, args := range [][]string{{"--version"}, {"--version", "--listen", "127.0.0.1:0"}} {
 		var stdout, stderr bytes.Buffer
 		// No token anywhere: --version needs none, and must not listen.
-		if err := run(args, noEnv, &stdout, &stderr, nil); err != nil {
+		if err := run(args, noEnv, &stdout, &stderr); err != nil {
 			t.Fatalf("run(%q) = %v; want nil", args, err)
 		}
 		if !strings.HasPrefix(stdout.String(), "relayd ") || !strings.Contains(stdout.String(), version) {
@@ -559,7 +559,7 @@ func TestActionsHaveNoTwin(t *testing.T) {
 	// Not even through run: with RELAYD_VERSION set relayd goes on to start
 	// (and here stops at the missing token) instead of printing its version.
 	var stdout bytes.Buffer
-	err := run(nil, envOf(map[string]string{"RELAYD_VERSION": "true"}), &stdout, &bytes.Buffer{}, nil)
+	err := run(nil, envOf(map[string]string{"RELAYD_VERSION": "true"}), &stdout, &bytes.Buffer{})
 	if err == nil || stdout.Len() != 0 {
 		t.Fatalf("run with RELAYD_VERSION=true = %v, stdout %q; want it ignored (a token error)", err, stdout.String())
 	}
@@ -567,7 +567,7 @@ func TestActionsHaveNoTwin(t *testing.T) {
 
 func TestRunUsageErrors(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	err := run([]string{"--scope", "jail"}, noEnv, &stdout, &stderr, nil)
+	err := run([]string{"--scope", "jail"}, noEnv, &stdout, &stderr)
 	var ee *exitError
 	if !errors.As(err, &ee) || ee.code != exitUsage {
 		t.Fatalf("run(--scope jail) = %v; want an exitError with code %d", err, exitUsage)
@@ -579,13 +579,13 @@ func TestRunUsageErrors(t *testing.T) {
 		t.Fatalf("a usage error wrote %q to stdout", stdout.String())
 	}
 
-	err = run(nil, noEnv, &stdout, &stderr, nil) // no token
+	err = run(nil, noEnv, &stdout, &stderr) // no token
 	if !errors.As(err, &ee) || ee.code != exitUsage || !strings.Contains(err.Error(), "token") {
 		t.Fatalf("run without a token = %v; want a usage error about the token", err)
 	}
 
 	stdout.Reset()
-	if err := run([]string{"--help"}, noEnv, &stdout, &stderr, nil); err != nil {
+	if err := run([]string{"--help"}, noEnv, &stdout, &stderr); err != nil {
 		t.Fatalf("run(--help) = %v; want nil", err)
 	}
 	for _, f := range allFlags(t) {
@@ -621,7 +621,7 @@ func TestRunRefusesUnusableCgroup(t *testing.T) {
 			done := make(chan error, 1)
 			go func() {
 				var stdout, stderr bytes.Buffer
-				done <- run(args, envOf(map[string]string{"RELAYD_TOKEN": "tok"}), &stdout, &stderr, nil)
+				done <- run(args, envOf(map[string]string{"RELAYD_TOKEN": "tok"}), &stdout, &stderr)
 			}()
 			var err error
 			select {
@@ -671,7 +671,7 @@ func TestRunRefusesBadDirectories(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			err := run(append(tt.args, "--listen", "127.0.0.1:0"), envOf(map[string]string{"RELAYD_TOKEN": "tok"}), &stdout, &stderr, nil)
+			err := run(append(tt.args, "--listen", "127.0.0.1:0"), envOf(map[string]string{"RELAYD_TOKEN": "tok"}), &stdout, &stderr)
 			var ee *exitError
 			if !errors.As(err, &ee) || ee.code != exitUsage {
 				t.Fatalf("run(%q) = %v; want a usage error (exit %d)", tt.args, err, exitUsage)

@@ -17,7 +17,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"runtime"
 	"syscall"
 	"time"
 
@@ -49,22 +48,8 @@ type exitError struct {
 
 func (e *exitError) Error() string { return e.err.Error() }
 
-// The main goroutine keeps the main thread for good: it forks every child
-// (exec.Spawner). The kernel hands relayd's adopted orphans to its main
-// thread and a subject's clone(CLONE_PARENT) children to the thread that
-// forked the subject, so with both on the main thread a look at the scopes
-// reads the children of that one thread.
-func init() { runtime.LockOSThread() }
-
 func main() {
-	spawner := exec.NewSpawner()
-	var err error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		err = run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr, spawner)
-	}()
-	spawner.Serve(done)
+	err := run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	if err == nil {
 		return
 	}
@@ -83,7 +68,7 @@ func main() {
 // maxInstructionBytes bounds --instruction-file.
 const maxInstructionBytes = 8 << 20
 
-func run(args []string, getenv func(string) string, stdout, stderr io.Writer, spawner *exec.Spawner) error {
+func run(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	o, fs, err := parseFlags(args, getenv)
 	if errors.Is(err, pflag.ErrHelp) {
 		fmt.Fprintf(stdout, "Usage: relayd [flags]\n\nEvery flag has an environment twin: --term-grace is %s.\n\n%s",
@@ -148,7 +133,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, sp
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	host := env.Probe()
-	reaper := exec.NewReaper(ctx, spawner)
+	reaper := exec.NewReaper(ctx)
 	tracker := exec.NewTracker(ctx, reaper, 50*time.Millisecond)
 	if !host.ProcOK {
 		return &exitError{exitUsage, errors.New("/proc is not mounted: relayd cannot see the processes of a scope")}

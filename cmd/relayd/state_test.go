@@ -49,7 +49,7 @@ func TestRunRefusesUnusableStateDir(t *testing.T) {
 			done := make(chan error, 1)
 			go func() {
 				var stdout, stderr bytes.Buffer
-				done <- run(args, envOf(vars), &stdout, &stderr, nil)
+				done <- run(args, envOf(vars), &stdout, &stderr)
 			}()
 			var err error
 			select {

@@ -107,7 +107,7 @@ func (c *Cgroups) probe(r *Reaper) error {
 	if err != nil {
 		exe = "/proc/self/exe"
 	}
-	pid, exited, err := r.ForkExec(exe, []string{"relayd", "--version"},
+	pid, _, exited, err := r.ForkExec(exe, []string{"relayd", "--version"},
 		&syscall.ProcAttr{Files: []uintptr{devnull.Fd(), devnull.Fd(), devnull.Fd()}, Sys: sys})
 	if err != nil {
 		return fmt.Errorf("exec.probe: cannot start a process inside a cgroup leaf: %w", err)

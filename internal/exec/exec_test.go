@@ -399,7 +399,7 @@ func TestReaperStatus(t *testing.T) {
 			// These children end by themselves at once: there is nothing
 			// to pin, and pinning would race with their end.
 			began := time.Now()
-			pid, ch, err := testReaper.ForkExec("/bin/sh", []string{"sh", "-c", tt.script},
+			pid, _, ch, err := testReaper.ForkExec("/bin/sh", []string{"sh", "-c", tt.script},
 				&syscall.ProcAttr{Env: shEnv, Files: files})
 			if err != nil {
 				t.Fatal(err)
@@ -514,7 +514,7 @@ func TestSweepConcurrent(t *testing.T) {
 		}()
 	}
 	for i := 0; i < children; i++ {
-		pid, ch, err := testReaper.ForkExec("/bin/sh", []string{"sh", "-c", "exit " + strconv.Itoa(i)},
+		pid, _, ch, err := testReaper.ForkExec("/bin/sh", []string{"sh", "-c", "exit " + strconv.Itoa(i)},
 			&syscall.ProcAttr{Env: shEnv, Files: files})
 		if err != nil {
 			close(stop)
@@ -865,7 +865,7 @@ func TestProcessGroupScope(t *testing.T) {
 			p := newPins(t)
 			files := devNullFiles(t)
 			// An unrelated process, started by the test outside any scope.
-			outsider, outsiderDone, err := testReaper.ForkExec("/bin/sleep", []string{"sleep", "600"},
+			outsider, _, outsiderDone, err := testReaper.ForkExec("/bin/sleep", []string{"sleep", "600"},
 				&syscall.ProcAttr{Env: shEnv, Files: files})
 			if err != nil {
 				t.Fatal(err)

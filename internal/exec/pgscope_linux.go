@@ -34,9 +34,10 @@ const ProcessGroup = "process-group"
 // hides:
 //   - a process whose main thread has exited while other threads run is
 //     alive (procEntry.dead), and the children of all its threads are read;
-//   - relayd's own children are read from the two threads that can have
-//     any: the main thread, which adopts orphans, and the spawner, which
-//     forks every subject and so gets their clone(CLONE_PARENT) children;
+//   - relayd's own children are read from the threads that can have ones
+//     of a scope: the main thread, which adopts orphans, and each thread
+//     that forked a live subject, which gets its clone(CLONE_PARENT)
+//     children;
 //   - a look that found a scope empty reads relayd's children once more and
 //     walks whatever came since, until nothing new comes (a fork-and-exit
 //     chain never lets it settle: the look fails, which counts as alive);
@@ -50,7 +51,6 @@ type Tracker struct {
 	mu       sync.Mutex
 	procRoot string // "/proc"; tests point it elsewhere to fault the evidence
 	self     int
-	threads  []int // relayd's threads that can have children: main, spawner
 	reaper   *Reaper
 	scopes   map[*pgScope]struct{}
 	walk     bool          // look by following the process tree, not by reading all of /proc
@@ -96,10 +96,6 @@ func NewTracker(ctx context.Context, reaper *Reaper, interval time.Duration) *Tr
 		scopes:    make(map[*pgScope]struct{}),
 		unclaimed: make(map[Member][]*pgScope),
 		kick:      make(chan struct{}, 1),
-	}
-	t.threads = []int{t.self}
-	if reaper != nil && reaper.SpawnerTID() != t.self {
-		t.threads = append(t.threads, reaper.SpawnerTID())
 	}
 	if root := faultProcRoot(); root != "" {
 		t.procRoot = root
@@ -219,11 +215,12 @@ type pgScope struct {
 	live  bool           // registered with the tracker
 	left  bool           // the subject exited: what remains is left alone (kept)
 	pipe  uint64         // inode of the subject's stdout pipe, which its descendants inherit
+	tid   int            // the relayd thread that forked the subject
 }
 
-func (s *pgScope) markOutput(ino uint64) {
+func (s *pgScope) forked(tid int, pipe uint64) {
 	s.t.mu.Lock()
-	s.pipe = ino
+	s.tid, s.pipe = tid, pipe
 	s.t.mu.Unlock()
 }
 
@@ -450,7 +447,7 @@ func (t *Tracker) lookAt(scopes []*pgScope, all bool) (map[int]procEntry, error)
 		table = make(map[int]procEntry, len(queue)+8)
 	}
 	if t.walk {
-		kids, err := t.selfChildren()
+		kids, err := t.selfChildren(scopes)
 		if err != nil {
 			return nil, err
 		}
@@ -472,7 +469,7 @@ func (t *Tracker) lookAt(scopes []*pgScope, all bool) (map[int]procEntry, error)
 		if !t.walk || !anyEmpty(scopes, t.unclaimed) {
 			return table, nil
 		}
-		again, err := t.selfChildren()
+		again, err := t.selfChildren(scopes)
 		if err != nil {
 			return table, err
 		}
@@ -512,12 +509,26 @@ func anyEmpty(scopes []*pgScope, unclaimed map[Member][]*pgScope) bool {
 	return false
 }
 
-// selfChildren lists the children of relayd's threads that can have any.
-func (t *Tracker) selfChildren() ([]int, error) {
+// selfChildren lists relayd's children that can belong to scopes: the
+// children of its main thread, which the kernel hands every orphan to, and
+// of each thread that forked a subject of scopes, whose clone(CLONE_PARENT)
+// children become that thread's. Other threads' children are subjects of
+// other scopes, or operator commands. A thread that has ended has handed
+// its children to another, the main thread among them.
+func (t *Tracker) selfChildren(scopes []*pgScope) ([]int, error) {
 	var out []int
 	buf := make([]byte, 4096)
-	for _, tid := range t.threads {
+	tids := []int{t.self}
+	for _, s := range scopes {
+		if s.tid > 0 && !slices.Contains(tids, s.tid) {
+			tids = append(tids, s.tid)
+		}
+	}
+	for i, tid := range tids {
 		b, err := readSmall(t.procRoot+"/"+strconv.Itoa(t.self)+"/task/"+strconv.Itoa(tid)+"/children", buf)
+		if err != nil && i > 0 && errors.Is(err, os.ErrNotExist) {
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("exec: relayd's children: %w", err)
 		}

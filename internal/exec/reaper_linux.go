@@ -33,87 +33,25 @@ func (s Status) ExitCode() int {
 // adopted orphans, on SIGCHLD, and hands each registered child's status to
 // its waiter. Nothing else in the process may call wait.
 //
-// Every child is forked from one OS thread, the spawner. A child made with
+// ForkExec reports the thread that forked each child: a child made with
 // clone(CLONE_PARENT) by a subject becomes a child of the thread that forked
-// the subject, and the kernel lists a process's children per thread: with
-// one spawner thread, a look reads the children of two threads (the main
-// thread, which adopts orphans, and the spawner) instead of every thread's.
+// the subject, and the kernel lists a process's children per thread, so a
+// look reads the children of the main thread (which adopts orphans) and of
+// the threads that forked live subjects, not of every thread.
 type Reaper struct {
 	mu      sync.Mutex
 	waiters map[int]chan Status
 	orphans uint64 // orphans reaped, for logs and tests
 	sigs    chan os.Signal
-	spawn   *Spawner
 }
 
-// Spawner runs fork requests on one OS thread. relayd's main goroutine
-// serves one on the main thread (ServeMainThread); without that, NewReaper
-// starts a thread of its own for it.
-type Spawner struct {
-	tid  int
-	reqs chan func()
-}
-
-// NewSpawner returns a spawner to be served on the calling goroutine's
-// thread by Serve. The caller must have locked that goroutine to its OS
-// thread for good (runtime.LockOSThread, in init for the main thread).
-func NewSpawner() *Spawner {
-	return &Spawner{tid: unix.Gettid(), reqs: make(chan func())}
-}
-
-// Serve runs fork requests until done is closed. It must run on the thread
-// that called NewSpawner.
-func (s *Spawner) Serve(done <-chan struct{}) {
-	for {
-		select {
-		case f := <-s.reqs:
-			f()
-		case <-done:
-			return
-		}
-	}
-}
-
-// TID is the thread that forks every child.
-func (s *Spawner) TID() int { return s.tid }
-
-// run runs f on the spawner's thread and returns when f has.
-func (s *Spawner) run(f func()) {
-	done := make(chan struct{})
-	s.reqs <- func() { f(); close(done) }
-	<-done
-}
-
-// threadSpawner starts a spawner on a thread of its own, locked for the
-// life of the process: its children would be handed to another thread if it
-// ended.
-func threadSpawner() *Spawner {
-	ready := make(chan *Spawner)
-	go func() {
-		runtime.LockOSThread()
-		s := NewSpawner()
-		ready <- s
-		s.Serve(nil)
-	}()
-	return <-ready
-}
-
-// NewReaper starts reaping; it stops when ctx ends. Children are forked by
-// spawn, or, when it is nil, by a spawner thread of the reaper's own.
-func NewReaper(ctx context.Context, spawn ...*Spawner) *Reaper {
+// NewReaper starts reaping; it stops when ctx ends.
+func NewReaper(ctx context.Context) *Reaper {
 	r := &Reaper{waiters: make(map[int]chan Status), sigs: make(chan os.Signal, 1)}
-	if len(spawn) > 0 && spawn[0] != nil {
-		r.spawn = spawn[0]
-	} else {
-		r.spawn = threadSpawner()
-	}
 	signal.Notify(r.sigs, syscall.SIGCHLD)
 	go r.run(ctx)
 	return r
 }
-
-// SpawnerTID is the thread that forks every child of this reaper.
-func (r *Reaper) SpawnerTID() int { return r.spawn.TID() }
 
 func (r *Reaper) run(ctx context.Context) {
 	defer signal.Stop(r.sigs)
@@ -177,12 +115,12 @@ func (r *Reaper) IsChild(pid int) bool {
 
 // ForkExec starts a child and registers it before the reaper can see it end,
 // so its status always reaches the returned channel, which receives exactly
-// one Status and is then closed.
+// one Status and is then closed. tid is the thread that forked it.
 //
 // It also watches the child's pidfd, where the kernel gives one, and sweeps
 // as soon as the child ends: that is quicker than the SIGCHLD path, which
 // stays for orphans and for kernels without pidfds.
-func (r *Reaper) ForkExec(argv0 string, argv []string, attr *syscall.ProcAttr) (int, <-chan Status, error) {
+func (r *Reaper) ForkExec(argv0 string, argv []string, attr *syscall.ProcAttr) (pid, tid int, exited <-chan Status, err error) {
 	pidfd := -1
 	sys := attr.Sys
 	if sys == nil {
@@ -192,23 +130,25 @@ func (r *Reaper) ForkExec(argv0 string, argv []string, attr *syscall.ProcAttr) (
 	withFD.PidFD = &pidfd
 	a := *attr
 	a.Sys = &withFD
-	var pid int
-	var err error
 	ch := make(chan Status, 1)
-	r.spawn.run(func() {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if pid, err = syscall.ForkExec(argv0, argv, &a); err == nil {
-			r.waiters[pid] = ch
-		}
-	})
+	// The thread is held from the fork to the read of its id: the child's
+	// parent is this thread.
+	runtime.LockOSThread()
+	r.mu.Lock()
+	pid, err = syscall.ForkExec(argv0, argv, &a)
+	tid = unix.Gettid()
+	if err == nil {
+		r.waiters[pid] = ch
+	}
+	r.mu.Unlock()
+	runtime.UnlockOSThread()
 	if err != nil {
-		return 0, nil, fmt.Errorf("exec.ForkExec %s: %w", argv0, err)
+		return 0, 0, nil, fmt.Errorf("exec.ForkExec %s: %w", argv0, err)
 	}
 	if pidfd >= 0 {
 		go r.watch(pidfd)
 	}
-	return pid, ch, nil
+	return pid, tid, ch, nil
 }
 
 // watch waits, through Go's poller, for a pidfd to say its process ended,

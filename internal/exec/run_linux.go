@@ -19,7 +19,7 @@ func RunBounded(r *Reaper, argv []string, environ []string, deadline time.Time) 
 		return err
 	}
 	defer devnull.Close()
-	pid, exited, err := r.ForkExec(argv[0], argv, &syscall.ProcAttr{
+	pid, _, exited, err := r.ForkExec(argv[0], argv, &syscall.ProcAttr{
 		Env:   environ,
 		Files: []uintptr{devnull.Fd(), devnull.Fd(), os.Stderr.Fd()},
 		Sys:   &syscall.SysProcAttr{Setsid: true},

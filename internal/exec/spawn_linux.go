@@ -110,7 +110,7 @@ func Start(r *Reaper, scope Scope, spec Spec) (*Subject, error) {
 		Files: []uintptr{devnull.r, outW.Fd(), stderr},
 		Sys:   sys,
 	}
-	pid, exited, err := r.ForkExec(spec.Path, spec.Argv, attr)
+	pid, tid, exited, err := r.ForkExec(spec.Path, spec.Argv, attr)
 	outW.Close()
 	if errW != nil {
 		errW.Close()
@@ -122,13 +122,14 @@ func Start(r *Reaper, scope Scope, spec Spec) (*Subject, error) {
 		}
 		return nil, &SpawnError{Err: errors.Unwrap(err), Stage: "exec"}
 	}
-	scope.started(pid)
-	if m, ok := scope.(outputMarker); ok {
+	if m, ok := scope.(forkMarker); ok {
 		var st unix.Stat_t
-		if unix.Fstat(int(outR.Fd()), &st) == nil {
-			m.markOutput(st.Ino)
+		if unix.Fstat(int(outR.Fd()), &st) != nil {
+			st.Ino = 0
 		}
+		m.forked(tid, st.Ino)
 	}
+	scope.started(pid)
 	subj := &Subject{
 		PID:     pid,
 		Scope:   scope,
@@ -142,11 +143,12 @@ func Start(r *Reaper, scope Scope, spec Spec) (*Subject, error) {
 	return subj, nil
 }
 
-// outputMarker is a scope that can tell its processes by the stdout pipe
-// they inherited (the process-group mechanism, for orphans it cannot
-// attribute otherwise).
-type outputMarker interface {
-	markOutput(pipeIno uint64)
+// forkMarker is a scope that wants to know which relayd thread forked its
+// subject (its clone(CLONE_PARENT) children become that thread's) and the
+// subject's stdout pipe, by which it can tell processes that keep it (the
+// process-group mechanism).
+type forkMarker interface {
+	forked(tid int, pipeIno uint64)
 }
 
 // nullFDs are /dev/null for reading (every subject's stdin) and for writing
