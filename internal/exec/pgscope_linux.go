@@ -164,7 +164,10 @@ func (t *Tracker) run(ctx context.Context, interval time.Duration) {
 		}
 		t.mu.Unlock()
 		if changed {
-			wait = interval
+			// Never more than about 1% of a core, however large the tree
+			// (a running subject beside 1,000 kept scopes): a look that
+			// took long is followed by a longer wait.
+			wait = max(interval, idleCost*took)
 		} else {
 			wait = max(min(2*wait, maxWait), idleCost*took)
 		}
