@@ -139,6 +139,20 @@ func keptScopesIdleCost(t *testing.T, mech string) {
 	if share > 0.05 {
 		t.Errorf("relayd used %.1f%% of a core idle with %d kept scopes; want under 5%%", 100*share, kept)
 	}
+	// A running subject beside them keeps the tracker looking often, but
+	// the cost of looking stays bounded.
+	runner := d.connect()
+	runner.send(msg{"kind": "execute", "command": "/bin/sleep", "args": []string{"30"}, "timeoutMs": 20000})
+	time.Sleep(2 * time.Second)
+	began, cpu0 = time.Now(), cpuTime(t, pid)
+	time.Sleep(5 * time.Second)
+	used, elapsed = cpuTime(t, pid)-cpu0, time.Since(began)
+	share = float64(used) / float64(elapsed)
+	t.Logf("%s, %d kept scopes and a running subject: relayd used %.2f%% of a core", mech, kept, 100*share)
+	if share > 0.05 {
+		t.Errorf("relayd used %.1f%% of a core with %d kept scopes and a running subject; want under 5%%", 100*share, kept)
+	}
+	runner.c.Close()
 	// verify looks at every kept scope: once for all, not once each.
 	cpu0 = cpuTime(t, pid)
 	v := c.request(msg{"kind": "verify"})
