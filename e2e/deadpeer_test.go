@@ -217,3 +217,43 @@ func TestIdleLivePeerKept(t *testing.T) {
 	}
 	d.stopClean()
 }
+
+// A controller that goes dark while relayd writes to it is dropped
+// --peer-timeout after the write: while data is unacknowledged the kernel
+// sends no keepalive probes, so only TCP_USER_TIMEOUT bounds this state
+// (without it, retransmissions go on for about 15 minutes, tcp_retries2).
+func TestDeadPeerWhileWriting(t *testing.T) {
+	l := newPeerLink(t)
+	d := l.startRelayd(t, "--peer-timeout", peerTimeout.String())
+	cl := l.dial(t, d)
+	if r := cl.request(msg{"kind": "ready"}); r["kind"] != "ready" {
+		t.Fatalf("got %v; want ready", r)
+	}
+	pidFile, goFile := d.pidFile("subject.pid"), d.pidFile("go")
+	cl.send(msg{"kind": "execute", "command": "/bin/sh", "timeoutMs": 600000,
+		"args": []string{"-c", "echo $$ > " + q(pidFile) + "; while [ ! -e " + q(goFile) + " ]; do sleep 0.02; done"}})
+	pid := waitPid(t, pidFile)
+
+	l.blackHole(t)
+	if err := os.WriteFile(goFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The subject exits by itself and relayd writes its executed reply into
+	// the dark.
+	waitFor(t, 5*time.Second, "the subject to exit", func() bool { return !alive(pid) })
+	wrote := time.Now()
+	var closed time.Duration
+	waitFor(t, peerTimeout+5*time.Second, "relayd to drop the dark connection", func() bool {
+		if logRecord(d, "connection closed", "reason", "peer unreachable") == nil {
+			return false
+		}
+		closed = time.Since(wrote)
+		return true
+	})
+	if rec := logRecord(d, "execution ended", "termination", ""); rec["termination"] != "exited" {
+		t.Fatalf("execution ended %v; want termination exited (rule 6.3: the subject ended by itself)", rec)
+	}
+	t.Logf("--peer-timeout %s: the connection was dropped %s after relayd wrote into it",
+		peerTimeout, closed.Round(10*time.Millisecond))
+	d.stopClean()
+}
