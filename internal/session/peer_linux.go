@@ -28,9 +28,12 @@ import (
 //     controller reads: an idle controller that is alive is never dropped.
 //   - Writing (relayd sent data that is not acknowledged): TCP_USER_TIMEOUT.
 //     The kernel stops retransmitting and drops the connection --peer-timeout
-//     after the oldest unacknowledged byte was sent. A live peer that keeps a
-//     zero window that long (it stopped reading) counts as gone too, as it
-//     does after --write-timeout.
+//     after the oldest unacknowledged byte was sent. No keepalive probe goes
+//     out meanwhile, so a write into a connection already dark restarts the
+//     clock: from going dark, the worst case is the idle bound plus
+//     --peer-timeout. A live peer that keeps a zero window that long (it
+//     stopped reading) may count as gone too (recent kernels apply the user
+//     timeout to zero-window probes), as it does after --write-timeout.
 //
 // Either way the next read fails with ETIMEDOUT (or EHOSTUNREACH when an
 // ICMP error arrived meanwhile), which the session treats as transport loss
