@@ -38,6 +38,7 @@ var section9 = map[string]string{
 	"teardown-timeout": "10s",
 	"write-timeout":    "10s",
 	"auth-timeout":     "10s",
+	"peer-timeout":     "30s",
 	"max-connections":  "1024",
 	"subject-user":     "",
 	"max-line-bytes":   "1048576", // 1MiB
