@@ -23,6 +23,7 @@ type options struct {
 	teardownTimeout time.Duration
 	writeTimeout    time.Duration
 	authTimeout     time.Duration
+	peerTimeout     time.Duration // 0: kernel defaults
 	maxConnections  int
 	maxLineBytes    byteSize
 	maxStdoutBytes  byteSize
@@ -48,6 +49,7 @@ func defaultOptions() options {
 		teardownTimeout: 10 * time.Second,
 		writeTimeout:    10 * time.Second,
 		authTimeout:     10 * time.Second,
+		peerTimeout:     30 * time.Second,
 		maxConnections:  1024,
 		maxLineBytes:    1 << 20,
 		maxStdoutBytes:  1 << 20,
@@ -58,6 +60,10 @@ func defaultOptions() options {
 		logLevel:        "info",
 	}
 }
+
+// maxPeerTimeout bounds --peer-timeout: a third of it is the keepalive
+// interval, which Linux takes up to 32767 s.
+const maxPeerTimeout = 24 * time.Hour
 
 // envPrefix names the environment twin of every flag: --term-grace is RELAYD_TERM_GRACE.
 const envPrefix = "RELAYD_"
@@ -82,6 +88,7 @@ func parseFlags(args []string, getenv func(string) string) (options, *pflag.Flag
 	fs.DurationVar(&o.teardownTimeout, "teardown-timeout", o.teardownTimeout, "bound on a whole settlement, destroy included")
 	fs.DurationVar(&o.writeTimeout, "write-timeout", o.writeTimeout, "bound on one write to a peer; a peer that does not read counts as gone")
 	fs.DurationVar(&o.authTimeout, "auth-timeout", o.authTimeout, "a connection that has not sent an authenticated message by then is closed")
+	fs.DurationVar(&o.peerTimeout, "peer-timeout", o.peerTimeout, "a controller that stops acknowledging for this long (host gone, network cut) counts as gone, and what it runs is settled; 0 leaves the kernel's defaults (minutes)")
 	fs.IntVar(&o.maxConnections, "max-connections", o.maxConnections, "most controller connections open at once; one more is answered with a busy error and closed")
 	fs.Var(&o.maxLineBytes, "max-line-bytes", "longest accepted message line (e.g. 1MiB, 65536)")
 	fs.Var(&o.maxStdoutBytes, "max-stdout-bytes", "raw-mode stdout returned per execution")
@@ -144,6 +151,13 @@ func (o options) validate() error {
 		return bad("write-timeout", "--write-timeout must be positive, got %s", o.writeTimeout)
 	case o.authTimeout <= 0:
 		return bad("auth-timeout", "--auth-timeout must be positive, got %s", o.authTimeout)
+	case o.peerTimeout < 0:
+		return bad("peer-timeout", "--peer-timeout must not be negative, got %s (0 leaves the kernel's defaults)", o.peerTimeout)
+	case o.peerTimeout > 0 && o.peerTimeout < time.Second:
+		// Keepalive counts whole seconds; a shorter bound would not hold.
+		return bad("peer-timeout", "--peer-timeout must be 0 (the kernel's defaults) or at least 1s, got %s: keepalive probes are counted in whole seconds", o.peerTimeout)
+	case o.peerTimeout > maxPeerTimeout:
+		return bad("peer-timeout", "--peer-timeout must be at most %s, got %s", maxPeerTimeout, o.peerTimeout)
 	case o.maxConnections < 1:
 		return bad("max-connections", "--max-connections must be at least 1, got %d", o.maxConnections)
 	case o.maxLineBytes > 1<<30:

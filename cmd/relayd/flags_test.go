@@ -38,6 +38,7 @@ var section9 = map[string]string{
 	"teardown-timeout": "10s",
 	"write-timeout":    "10s",
 	"auth-timeout":     "10s",
+	"peer-timeout":     "30s",
 	"max-connections":  "1024",
 	"subject-user":     "",
 	"max-line-bytes":   "1048576", // 1MiB
@@ -63,6 +64,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 		teardownTimeout: 10 * time.Second,
 		writeTimeout:    10 * time.Second,
 		authTimeout:     10 * time.Second, // not in protocol section 9: relayd's own
+		peerTimeout:     30 * time.Second, // likewise
 		maxConnections:  1024,             // likewise
 		maxLineBytes:    1 << 20,
 		maxStdoutBytes:  1 << 20,
@@ -119,6 +121,7 @@ var twinCases = map[string]twinCase{
 	"teardown-timeout": {"1m", func(o options) bool { return o.teardownTimeout == time.Minute }, "ten seconds"},
 	"write-timeout":    {"3s", func(o options) bool { return o.writeTimeout == 3*time.Second }, "-"},
 	"auth-timeout":     {"4s", func(o options) bool { return o.authTimeout == 4*time.Second }, "never"},
+	"peer-timeout":     {"0", func(o options) bool { return o.peerTimeout == 0 }, "30"},
 	"max-connections":  {"64", func(o options) bool { return o.maxConnections == 64 }, "many"},
 	"subject-user":     {"agent", func(o options) bool { return o.subjectUser == "agent" }, ""},
 	"max-line-bytes":   {"64KiB", func(o options) bool { return o.maxLineBytes == 64<<10 }, "lots"},
@@ -233,7 +236,7 @@ func TestFlagWinsOverTwin(t *testing.T) {
 		"listen": "127.0.0.1:1", "connect": "10.9.9.9:1", "connect-timeout": "5s",
 		"token-file": "/flag/token", "workspace": "/flag/ws", "instruction-file": "/flag/task",
 		"term-grace": "1s", "teardown-timeout": "30s", "write-timeout": "7s",
-		"auth-timeout": "9s", "max-connections": "7", "subject-user": "nobody",
+		"auth-timeout": "9s", "peer-timeout": "2m", "max-connections": "7", "subject-user": "nobody",
 		"max-line-bytes": "4096", "max-stdout-bytes": "12345", "artifacts-dir": "/flag/art", "state-dir": "/flag/state", "max-artifact-bytes": "1GiB",
 		"scope": "cgroup", "cgroup-root": "/flag/cg", "destroy-command": "true",
 		"log-format": "json", "log-level": "warn",
@@ -423,6 +426,12 @@ func TestValidate(t *testing.T) {
 		{"zero teardown", func(o *options) { o.termGrace, o.teardownTimeout = 0, 0 }, []string{"--teardown-timeout"}},
 		{"zero connect timeout", func(o *options) { o.connectTimeout = 0 }, []string{"--connect-timeout"}},
 		{"zero write timeout", func(o *options) { o.writeTimeout = 0 }, []string{"--write-timeout"}},
+		{"peer timeout off", func(o *options) { o.peerTimeout = 0 }, nil},
+		{"peer timeout 1s", func(o *options) { o.peerTimeout = time.Second }, nil},
+		{"peer timeout 24h", func(o *options) { o.peerTimeout = 24 * time.Hour }, nil},
+		{"negative peer timeout", func(o *options) { o.peerTimeout = -time.Second }, []string{"--peer-timeout", "negative", "0"}},
+		{"sub-second peer timeout", func(o *options) { o.peerTimeout = 500 * time.Millisecond }, []string{"--peer-timeout", "500ms", "1s"}},
+		{"peer timeout past a day", func(o *options) { o.peerTimeout = 25 * time.Hour }, []string{"--peer-timeout", "24h"}},
 		{"tiny line limit", func(o *options) { o.maxLineBytes = 1023 }, []string{"--max-line-bytes"}},
 		{"line limit 1KiB", func(o *options) { o.maxLineBytes = 1024 }, nil},
 		{"no stdout", func(o *options) { o.maxStdoutBytes = 0 }, []string{"--max-stdout-bytes"}},

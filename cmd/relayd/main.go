@@ -158,6 +158,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		TeardownTimeout: o.teardownTimeout,
 		WriteTimeout:    o.writeTimeout,
 		AuthTimeout:     o.authTimeout,
+		PeerTimeout:     o.peerTimeout,
 		MaxConnections:  o.maxConnections,
 		MaxLineBytes:    int(o.maxLineBytes),
 		MaxStdoutBytes:  int(o.maxStdoutBytes),

@@ -42,6 +42,10 @@ type conn struct {
 func (s *Server) serveConn(c net.Conn, dialOut bool) bool {
 	cn := &conn{srv: s, c: c, dialOut: dialOut,
 		log: s.log.With().Str("component", "session").Str("peer", c.RemoteAddr().String()).Logger()}
+	if err := setPeerTimeout(c, s.cfg.PeerTimeout); err != nil {
+		cn.log.Warn().Err(err).Dur("peerTimeout", s.cfg.PeerTimeout).
+			Msg("cannot bound dead-peer detection on this connection (--peer-timeout): a controller that vanishes without closing is noticed only after the kernel's defaults, minutes")
+	}
 	cn.log.Info().Bool("dialOut", dialOut).Msg("connection opened")
 	began := time.Now()
 	reason := cn.loop()
@@ -132,6 +136,14 @@ func (cn *conn) peerEnded(err error) string {
 	if errors.Is(err, os.ErrDeadlineExceeded) && !cn.authed {
 		return cn.finish("no authenticated message within --auth-timeout")
 	}
+	if peerUnreachable(err) {
+		cn.log.Warn().Err(err).Dur("peerTimeout", cn.srv.cfg.PeerTimeout).Msg("controller unreachable: TCP gave up on the connection")
+		if cn.srv.cfg.PeerTimeout > 0 {
+			return cn.finish("peer unreachable: no TCP acknowledgement within --peer-timeout")
+		}
+		return cn.finish("peer unreachable: no TCP acknowledgement within the kernel's limits (--peer-timeout 0)")
+	}
+	cn.log.Debug().Err(err).Msg("reading from the controller failed")
 	return cn.finish("read failed")
 }
 

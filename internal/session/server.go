@@ -42,6 +42,7 @@ type Config struct {
 	TeardownTimeout time.Duration
 	WriteTimeout    time.Duration
 	AuthTimeout     time.Duration // listen mode: time to the first authenticated message
+	PeerTimeout     time.Duration // bound on noticing a controller that vanished without closing; 0: kernel defaults (peer_linux.go)
 	MaxConnections  int           // listen mode: connections served at once
 	MaxLineBytes    int
 	MaxStdoutBytes  int
