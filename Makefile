@@ -81,8 +81,13 @@ bench: build
 IMAGE      ?= relayd:dev
 TASK_IMAGE ?= relayd-test-task:bookworm
 .PHONY: image task-image container-test
+# The image a rebuild replaces is removed, so that each commit's build leaves no untagged image behind.
 image: build
-	docker build --quiet -t $(IMAGE) .
+	@old=$$(docker image inspect --format '{{.Id}}' $(IMAGE) 2>/dev/null); \
+	docker build --quiet -t $(IMAGE) . && \
+	if [ -n "$$old" ] && [ "$$old" != "$$(docker image inspect --format '{{.Id}}' $(IMAGE))" ]; then \
+		docker rmi "$$old" >/dev/null 2>&1 || true; \
+	fi
 
 ## task-image: the test task image, Debian bookworm from debootstrap; made once, reused by its tag
 task-image:
