@@ -106,11 +106,12 @@ type trial struct {
 	addr  string // the published port on 127.0.0.1
 }
 
-// startTrial runs deploy/docker/run.sh, the README's docker run, as printed.
-func startTrial(t *testing.T) *trial {
+// startTrial runs a script of deploy/docker that the README prints (run.sh:
+// relayd as PID 1; exec.sh: relayd started into a running container).
+func startTrial(t *testing.T, script string) *trial {
 	t.Helper()
 	image := evalImage(t)
-	script, err := os.ReadFile(filepath.Join("..", "deploy", "docker", "run.sh"))
+	text, err := os.ReadFile(filepath.Join("..", "deploy", "docker", script))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,11 +133,11 @@ func startTrial(t *testing.T) *trial {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "/bin/sh", "-ec", string(script))
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-ec", string(text))
 	cmd.Env = append(cleanEnv(), "TRIAL="+tr.name, "TOKEN_FILE="+tokenFile, "IMAGE="+image)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("deploy/docker/run.sh: %v: %s", err, out)
+		t.Fatalf("deploy/docker/%s: %v: %s", script, err, out)
 	}
 	lines := strings.Fields(string(out))
 	tr.addr = lines[len(lines)-1]
@@ -252,25 +253,65 @@ func (tr *trial) wantMechanism() (mech, why string) {
 }
 
 // relayd as the entrypoint (PID 1) of an unprivileged container with
-// Docker's defaults: the mechanism it reports, a framework timeout that
-// settles a setsid + double-fork + TERM-ignoring tree, a service left
-// running and listed in survivors and verify, and a clean docker stop.
+// Docker's defaults: the checks of checkTrial, then a clean docker stop.
 func TestDockerEntrypoint(t *testing.T) {
-	tr := startTrial(t)
+	tr := startTrial(t, "run.sh")
 	c, ready := tr.connect()
 	if comm := tr.exec("cat", "/proc/1/comm"); comm != "relayd" {
 		t.Fatalf("PID 1 of the container is %q; want relayd", comm)
 	}
+	tr.check(c, ready, 1)
+	// docker stop: SIGTERM to relayd, which leaves the service alone and
+	// exits 0.
+	if _, err := docker(30*time.Second, "stop", tr.name); err != nil {
+		t.Fatal(err)
+	}
+	if code := tr.waitExit(10 * time.Second); code != 0 {
+		t.Fatalf("container exited %d after docker stop; want 0", code)
+	}
+}
+
+// relayd started with docker exec --detach into a running task container:
+// not PID 1, a child subreaper; the same checks, then relayd's own SIGTERM
+// (docker stop would reach only the container's PID 1).
+func TestDockerExecDetached(t *testing.T) {
+	tr := startTrial(t, "exec.sh")
+	c, ready := tr.connect()
+	if comm := tr.exec("cat", "/proc/1/comm"); comm != "sleep" {
+		t.Fatalf("PID 1 of the container is %q; want the task's own (sleep)", comm)
+	}
+	tr.check(c, ready, 2)
+	tr.exec("pkill", "-TERM", "-x", "relayd")
+	waitFor(t, 15*time.Second, "relayd to exit after SIGTERM", func() bool {
+		for _, args := range tr.processes() {
+			if strings.Contains(args, "relayd") {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// check runs what every way of starting relayd in a container must pass:
+// ready reports the mechanism the container's mounts allow; a framework
+// timeout settles a setsid + double-fork + TERM-ignoring tree (docker top
+// then lists only the base processes: relayd, and the task's own PID 1
+// when relayd is not it); a subject that exits by itself leaves its
+// service running, and executed and verify list it.
+func (tr *trial) check(c *client, ready msg, base int) {
+	t := tr.t
+	t.Helper()
 	mech, why := tr.wantMechanism()
 	if ready["scope"] != mech {
 		t.Fatalf("ready.scope = %v; want %s", ready["scope"], mech)
 	}
-	if logs := mustDocker(t, "logs", tr.name); why != "" && !strings.Contains(logs, why) {
+	// relayd's log reaches docker logs only as the entrypoint; docker exec
+	// --detach discards it.
+	if logs := mustDocker(t, "logs", tr.name); why != "" && base == 1 && !strings.Contains(logs, why) {
 		t.Fatalf("relayd's log does not say why it chose %s (want %q): %s", mech, why, logs)
 	}
-	only := tr.processes()
-	if len(only) != 1 {
-		t.Fatalf("a fresh container runs %v; want relayd alone", only)
+	if procs := tr.processes(); len(procs) != base {
+		t.Fatalf("a fresh container runs %v; want %d base processes", procs, base)
 	}
 
 	// A framework timeout settles a tree that left the session, double-forked
@@ -290,8 +331,8 @@ exec sleep 302`
 	if n := len(strings.Fields(tr.exec("cat", "/workspace/tree.pid"))); n < 5 {
 		t.Fatalf("only %d of 5 processes of the tree recorded their pid: the tree did not start", n)
 	}
-	if procs := tr.processes(); len(procs) != 1 {
-		t.Fatalf("after the settlement docker top lists %v; want relayd alone", procs)
+	if procs := tr.processes(); len(procs) != base {
+		t.Fatalf("after the settlement docker top lists %v; want the %d base processes only", procs, base)
 	}
 
 	// A subject that exits by itself leaves its service running; executed
@@ -316,22 +357,13 @@ exec sleep 302`
 	if v["kind"] != "verified" || v["quiescent"] != true || !contains(survivorPids(t, v), svc) {
 		t.Fatalf("verify: got %v; want quiescent with the service %d among survivors", v, svc)
 	}
-
-	// docker stop: SIGTERM to relayd, which leaves the service alone and
-	// exits 0.
-	if _, err := docker(30*time.Second, "stop", tr.name); err != nil {
-		t.Fatal(err)
-	}
-	if code := tr.waitExit(10 * time.Second); code != 0 {
-		t.Fatalf("container exited %d after docker stop; want 0", code)
-	}
 }
 
 // docker stop while an execution runs: relayd settles it (SIGTERM, grace,
 // SIGKILL), the controller gets executed, and the container exits 0 well
 // within the stop timeout the README's docker run gives (15 s).
 func TestDockerStopSettles(t *testing.T) {
-	tr := startTrial(t)
+	tr := startTrial(t, "run.sh")
 	c, _ := tr.connect()
 	c.send(msg{"kind": "execute", "id": "busy", "command": "/bin/sh",
 		"args": []string{"-c", `trap "" TERM; echo $$ > /workspace/busy.pid; while :; do sleep 0.1; done`}})
@@ -375,7 +407,7 @@ func TestDockerStopSettles(t *testing.T) {
 // process of its PID namespace, a running execution and a service alike,
 // and nothing of the container is left on the host once it is removed.
 func TestDockerKillLeavesNothing(t *testing.T) {
-	tr := startTrial(t)
+	tr := startTrial(t, "run.sh")
 	c, _ := tr.connect()
 	r := c.sh(`sleep 304 </dev/null >/dev/null 2>&1 & exit 0`, nil)
 	wantExit(t, r, "exited", 0)

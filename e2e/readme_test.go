@@ -155,8 +155,9 @@ func TestReadmeNetcatSession(t *testing.T) {
 	d.stopClean()
 }
 
-// The README's container section prints deploy/docker/Dockerfile and
-// deploy/docker/run.sh, the files make container-test runs, as they are.
+// The README's container section prints deploy/docker/Dockerfile,
+// deploy/docker/run.sh and deploy/docker/exec.sh, the files make
+// container-test runs, as they are.
 func TestReadmeContainerExamplesAreTheTestedFiles(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("..", "README.md"))
 	if err != nil {
@@ -171,7 +172,7 @@ func TestReadmeContainerExamplesAreTheTestedFiles(t *testing.T) {
 	if end := strings.Index(section[3:], "\n## "); end >= 0 {
 		section = section[:end+3]
 	}
-	for _, name := range []string{"Dockerfile", "run.sh"} {
+	for _, name := range []string{"Dockerfile", "run.sh", "exec.sh"} {
 		file, err := os.ReadFile(filepath.Join("..", "deploy", "docker", name))
 		if err != nil {
 			t.Fatal(err)
