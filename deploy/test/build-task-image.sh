@@ -6,9 +6,9 @@
 #
 #   deploy/test/build-task-image.sh [TAG]
 #
-# Needs root, docker and debootstrap. The mirror is the first deb.debian.org-
-# style URI of the host's apt sources, else http://deb.debian.org/debian;
-# MIRROR=URL overrides it.
+# Needs root, docker and debootstrap. The mirror is the first Debian archive
+# URI (not security) of the host's apt sources, else
+# http://deb.debian.org/debian; MIRROR=URL overrides it.
 set -euo pipefail
 tag=${1:-relayd-test-task:bookworm}
 if docker image inspect "$tag" >/dev/null 2>&1; then
@@ -19,7 +19,7 @@ command -v debootstrap >/dev/null || { echo "build-task-image.sh: debootstrap no
 mirror=${MIRROR:-}
 if [ -z "$mirror" ]; then
   mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list 2>/dev/null |
-    grep -oE 'https?://[^ ]+/debian/?( |$)' | grep -v security | head -n1 | tr -d ' ' || true)
+    grep -v '^[[:space:]]*#' | grep -oE 'https?://[^ ]+/debian/?( |$)' | grep -v security | head -n1 | tr -d ' ' || true)
 fi
 mirror=${mirror:-http://deb.debian.org/debian}
 dir=$(mktemp -d /tmp/relayd-task-rootfs.XXXXXX)
