@@ -1,4 +1,4 @@
-# relayd: make build | run | test | chaos | fuzz | lint | conformance | bench | clean
+# relayd: make build | run | test | chaos | fuzz | lint | conformance | bench | image | container-test | clean
 GO        ?= go
 VERSION   ?= 0.1.0
 COMMIT    := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -51,6 +51,7 @@ fuzz:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags docker ./...
 
 ## conformance: the shared conformance suite against bin/relayd. The suite is not in this repository:
 ## it is shared/conformance of the steering repository, checked out beside this one (../shared), or
@@ -75,6 +76,26 @@ BENCH_INSTALL_SSH ?=
 .PHONY: bench
 bench: build
 	$(GO) run ./cmd/relaybench --relayd $(BIN) --out bench/results.json $(if $(filter 1,$(BENCH_INSTALL_SSH)),--install-ssh) $(BENCHFLAGS)
+
+## image: relayd's image, $(IMAGE): FROM scratch with the static binary make build made (no registry needed)
+IMAGE      ?= relayd:dev
+TASK_IMAGE ?= relayd-test-task:bookworm
+.PHONY: image task-image container-test
+# The image a rebuild replaces is removed, so that each commit's build leaves no untagged image behind.
+image: build
+	@old=$$(docker image inspect --format '{{.Id}}' $(IMAGE) 2>/dev/null); \
+	docker build --quiet -t $(IMAGE) . && \
+	if [ -n "$$old" ] && [ "$$old" != "$$(docker image inspect --format '{{.Id}}' $(IMAGE))" ]; then \
+		docker rmi "$$old" >/dev/null 2>&1 || true; \
+	fi
+
+## task-image: the test task image, Debian bookworm from debootstrap; made once, reused by its tag
+task-image:
+	deploy/test/build-task-image.sh $(TASK_IMAGE)
+
+## container-test: the tests under a real Docker engine (e2e/docker_test.go, build tag docker)
+container-test: image task-image
+	RELAYD_IMAGE=$(IMAGE) RELAYD_TASK_IMAGE=$(TASK_IMAGE) $(GO) test $(RACE) -tags docker -count=1 -run '^TestDocker' -v -timeout 10m ./e2e/
 
 clean:
 	rm -rf bin $(RUNDIR)

@@ -25,6 +25,9 @@ import (
 var (
 	relaydBin string // the relayd under test
 	faultBin  string // the same, built with the relayd_faults tag (test seams)
+	// afterAll holds what TestMain undoes once every test has run (an
+	// image the docker tests built for this run).
+	afterAll []func()
 )
 
 func TestMain(m *testing.M) {
@@ -55,6 +58,9 @@ func TestMain(m *testing.M) {
 	}
 	cgroupSkip = probeCgroup()
 	code := m.Run()
+	for _, f := range afterAll {
+		f()
+	}
 	if leaks := leftovers(); len(leaks) > 0 {
 		fmt.Fprintf(os.Stderr, "e2e: processes left behind by the tests (now killed): %v\n", leaks)
 		if code == 0 {

@@ -154,3 +154,38 @@ func TestReadmeNetcatSession(t *testing.T) {
 	}
 	d.stopClean()
 }
+
+// The README's container section prints deploy/docker/Dockerfile,
+// deploy/docker/run.sh and deploy/docker/exec.sh, the files make
+// container-test runs, as they are.
+func TestReadmeContainerExamplesAreTheTestedFiles(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	start := strings.Index(readme, "## Putting relayd into an eval container")
+	if start < 0 {
+		t.Fatal(`README.md has no "## Putting relayd into an eval container" section`)
+	}
+	section := readme[start:]
+	if end := strings.Index(section[3:], "\n## "); end >= 0 {
+		section = section[:end+3]
+	}
+	for _, name := range []string{"Dockerfile", "run.sh", "exec.sh"} {
+		file, err := os.ReadFile(filepath.Join("..", "deploy", "docker", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var block []string
+		for _, line := range strings.Split(strings.TrimRight(string(file), "\n"), "\n") {
+			if line != "" {
+				line = "    " + line
+			}
+			block = append(block, line)
+		}
+		if !strings.Contains(section, "\n\n"+strings.Join(block, "\n")+"\n\n") {
+			t.Errorf("the README's container section does not print deploy/docker/%s as it is (an indented block of its whole text)", name)
+		}
+	}
+}
