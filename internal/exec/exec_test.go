@@ -1147,7 +1147,7 @@ func TestAttribute(t *testing.T) {
 	early := &pgScope{sid: 100, start: 1000, known: map[int]uint64{100: 1000, 120: 1200}, sids: map[int]bool{100: true, 120: true}, live: true}
 	late := &pgScope{sid: 200, start: 3000, known: map[int]uint64{200: 3000, 210: 3100}, sids: map[int]bool{200: true}, live: true}
 	tr := &Tracker{self: self, scopes: map[*pgScope]struct{}{early: {}, late: {}}, unclaimed: map[Member][]*pgScope{},
-		seen: map[Member]*pgScope{{PID: 260, Start: 2500}: nil}, foreignSids: map[int]bool{270: true}, seenTick: 2900}
+		seen: map[Member]*pgScope{{PID: 260, Start: 2500}: nil}, foreignSids: map[int]bool{270: true}, seenTick: 2900, seenWhole: true}
 	for _, s := range []*pgScope{early, late} {
 		s.t = tr
 	}
@@ -1196,6 +1196,19 @@ func TestAttribute(t *testing.T) {
 			t.Errorf("%d unclaimed; want only 220, 221 and 231", m.PID)
 		}
 	}
+	// A process that existed at the last look unseen came from outside only
+	// if that look saw all of relayd's children: a walk that read them
+	// before a parent exited can miss its orphan.
+	tr.seenWhole = false
+	tr.attribute(table, children, []*pgScope{early, late})
+	if from := tr.unclaimed[Member{PID: 280, Start: 2800}]; len(from) != 1 || from[0] != early {
+		if _, ok := early.known[280]; !ok {
+			t.Errorf("280, unseen by a look that was not whole, is nobody's; want it early's (the only scope begun before it)")
+		}
+	}
+	delete(early.known, 280)
+	tr.seenWhole = true
+
 	// Members lists the unclaimed; while another candidate is kept for its
 	// survivors, they are flagged, and a settlement leaves them out.
 	for _, m := range early.membersLocked() {

@@ -66,6 +66,12 @@ type Tracker struct {
 	seen        map[Member]*pgScope
 	foreignSids map[int]bool // sessions of the processes of no scope at that look
 	seenTick    uint64
+	// seenWhole: that look saw every process then in relayd's care (a
+	// scan of all of /proc, or a walk that read relayd's children again at
+	// its end and found nothing new): only then did a process that existed
+	// and was not seen come from outside. lastLookWhole is the same for the
+	// look under way.
+	seenWhole, lastLookWhole bool
 
 	// ran is how long each member and each unclaimed process had run
 	// (nanoseconds, every thread) when the last complete look began, before
@@ -428,6 +434,7 @@ func (t *Tracker) refreshLocked() error {
 func (t *Tracker) lookAt(scopes []*pgScope, all bool) (map[int]procEntry, error) {
 	var table map[int]procEntry
 	var queue []int
+	t.lastLookWhole = false
 	if t.walk {
 		for _, s := range scopes {
 			for pid := range s.known {
@@ -469,7 +476,8 @@ func (t *Tracker) lookAt(scopes []*pgScope, all bool) (map[int]procEntry, error)
 		if all {
 			t.attribute(table, children, scopes)
 		}
-		if !t.walk || !anyEmpty(scopes, t.unclaimed) {
+		if !t.walk || (!anyEmpty(scopes, t.unclaimed) && !(all && doubtful(scopes))) {
+			t.lastLookWhole = !t.walk
 			return table, nil
 		}
 		again, err := t.selfChildren(scopes)
@@ -483,12 +491,32 @@ func (t *Tracker) lookAt(scopes []*pgScope, all bool) (map[int]procEntry, error)
 			}
 		}
 		if len(queue) == 0 {
+			t.lastLookWhole = true
 			return table, nil
 		}
 		if round == maxLookRounds {
 			return table, errUnstable
 		}
 	}
+}
+
+// doubtful reports whether an orphan's origin can be in doubt between
+// scopes: several are live, or one is kept for its survivors (another can
+// start at any time). Then every look reads relayd's children again at its
+// end, so that it saw every process in relayd's care: attribution by
+// activity and by "it existed unseen, so it came from outside" hold only
+// after such a look (seenWhole). A single running scope, the common case,
+// costs nothing more.
+func doubtful(scopes []*pgScope) bool {
+	if len(scopes) > 1 {
+		return true
+	}
+	for _, s := range scopes {
+		if s.left {
+			return true
+		}
+	}
+	return false
 }
 
 // anyEmpty reports whether a scope has no member and no unclaimed orphan:
@@ -619,7 +647,7 @@ func (t *Tracker) attribute(table map[int]procEntry, children map[int][]int, sco
 			grown = append(grown, s)
 			continue
 		}
-		if t.foreignSids[e.sid] || (t.seenTick > 0 && e.start < t.seenTick) {
+		if t.foreignSids[e.sid] || (t.seenWhole && t.seenTick > 0 && e.start < t.seenTick) {
 			continue
 		}
 		var from []*pgScope
@@ -628,7 +656,7 @@ func (t *Tracker) attribute(table map[int]procEntry, children map[int][]int, sco
 				from = append(from, s)
 			}
 		}
-		if len(from) > 1 && t.ran != nil {
+		if len(from) > 1 && t.ran != nil && t.seenWhole {
 			from = t.active(from, table)
 		}
 		switch len(from) {
@@ -661,10 +689,11 @@ func (t *Tracker) attribute(table map[int]procEntry, children map[int][]int, sco
 }
 
 // active keeps the scopes of from that could have made a process since the
-// last complete look: each one of whose processes (or an unclaimed process
-// it could own) ran, ended or appeared since. The scopes left out are
-// proven idle: none of their processes executed an instruction, so none
-// forked.
+// last whole look (seenWhole: it saw every process in relayd's care, so a
+// process that made the orphan was seen then or was born since): each one
+// of whose processes (or an unclaimed process it could own) ran, ended or
+// appeared since. The scopes left out are proven idle: none of their
+// processes executed an instruction, so none forked.
 func (t *Tracker) active(from []*pgScope, table map[int]procEntry) []*pgScope {
 	busy := make(map[*pgScope]bool)
 	for m, owners := range t.unclaimed {
@@ -767,7 +796,7 @@ func (t *Tracker) remember(table map[int]procEntry, scopes []*pgScope, began uin
 			delete(foreign, sid) // a member's session is never nobody's
 		}
 	}
-	t.seen, t.foreignSids, t.seenTick = seen, foreign, began
+	t.seen, t.foreignSids, t.seenTick, t.seenWhole = seen, foreign, began, t.lastLookWhole
 }
 
 // runtimes reads how long each member known so far and each unclaimed
@@ -776,11 +805,7 @@ func (t *Tracker) remember(table map[int]procEntry, scopes []*pgScope, began uin
 // another starts. A single running scope, the common case, costs nothing
 // more.
 func (t *Tracker) runtimes(scopes []*pgScope) map[Member]uint64 {
-	kept := false
-	for _, s := range scopes {
-		kept = kept || s.left
-	}
-	if !kept && len(scopes) < 2 {
+	if !doubtful(scopes) {
 		return nil
 	}
 	ran := make(map[Member]uint64)
