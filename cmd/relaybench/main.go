@@ -1,8 +1,9 @@
 // Command relaybench measures relayd on this machine: it starts real
 // relayds, drives them over TCP as a controller would, and compares each
 // figure with a baseline measured in the same run (a bare spawn of
-// /bin/true, a bare spawn into a fresh cgroup leaf, a shell pipeline, and
-// OpenSSH with a multiplexed master connection). It prints a table of
+// /bin/true, a bare spawn into a fresh cgroup leaf, a shell pipeline,
+// OpenSSH with a multiplexed master connection, and, when Docker is there,
+// docker exec into a container that relayd runs in too). It prints a table of
 // medians and p99s with the ratios and the targets, and writes the same
 // figures as JSON.
 //
@@ -35,7 +36,7 @@ import (
 
 // sectionNames are the parts of the run, in the order they run; --only
 // picks some of them.
-var sectionNames = []string{"roundtrip", "ssh", "throughput", "settle", "output", "footprint", "compare"}
+var sectionNames = []string{"roundtrip", "ssh", "throughput", "settle", "output", "footprint", "docker", "compare"}
 
 // config is the parsed command line.
 type config struct {
@@ -105,6 +106,9 @@ func run(args []string) error {
 	}
 	if cfg.only["footprint"] {
 		b.footprint()
+	}
+	if cfg.only["docker"] {
+		b.dockerSection()
 	}
 	if cfg.only["compare"] && cfg.before != "" {
 		b.compare()
