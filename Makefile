@@ -1,4 +1,4 @@
-# relayd: make build | run | test | chaos | fuzz | lint | conformance | bench | image | container-test | clean
+# relayd: make build | run | test | chaos | fuzz | lint | conformance | bench | image | k8s-image | container-test | clean
 GO        ?= go
 VERSION   ?= 0.1.0
 COMMIT    := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -90,6 +90,12 @@ image: build
 	if [ -n "$$old" ] && [ "$$old" != "$$(docker image inspect --format '{{.Id}}' $(IMAGE))" ]; then \
 		docker rmi "$$old" >/dev/null 2>&1 || true; \
 	fi
+
+## k8s-image: the init image of deploy/kubernetes/pod.yaml, $(INIT_IMAGE): busybox (pulled; INIT_BASE= for another image with cp) plus /relayd from $(IMAGE)
+INIT_IMAGE ?= relayd-init:dev
+.PHONY: k8s-image
+k8s-image: image
+	docker build --quiet -f deploy/kubernetes/Dockerfile --build-arg RELAYD_IMAGE=$(IMAGE) $(if $(INIT_BASE),--build-arg INIT_BASE=$(INIT_BASE)) -t $(INIT_IMAGE) deploy/kubernetes
 
 ## task-image: the test task image, Debian bookworm from debootstrap; made once, reused by its tag
 task-image:
