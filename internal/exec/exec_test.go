@@ -1395,11 +1395,12 @@ func TestActiveScopes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	idle := &pgScope{start: 100, known: map[int]uint64{10: 100}, left: true, live: true}
-	busy := &pgScope{start: 200, known: map[int]uint64{20: 200}, live: true}
-	grown := &pgScope{start: 300, known: map[int]uint64{30: 300, 31: 310}, live: true}
+	idle := &pgScope{start: 100, known: map[int]uint64{10: 100}, left: true, live: true, looked: true}
+	busy := &pgScope{start: 200, known: map[int]uint64{20: 200}, live: true, looked: true}
+	grown := &pgScope{start: 300, known: map[int]uint64{30: 300, 31: 310}, live: true, looked: true}
 	tr := &Tracker{procRoot: root, unclaimed: map[Member][]*pgScope{},
-		ran: map[Member]uint64{{PID: 10, Start: 100}: 5000, {PID: 20, Start: 200}: 7000, {PID: 30, Start: 300}: 9000}}
+		ran:  map[Member]uint64{{PID: 10, Start: 100}: 5000, {PID: 20, Start: 200}: 7000, {PID: 30, Start: 300}: 9000},
+		seen: map[Member]*pgScope{{PID: 10, Start: 100}: idle, {PID: 20, Start: 200}: busy, {PID: 30, Start: 300}: grown}}
 	setRan(10, 5000) // has not run since
 	setRan(20, 7001) // ran
 	setRan(30, 9000)
@@ -1424,9 +1425,25 @@ func TestActiveScopes(t *testing.T) {
 	}
 	// A member that ended is activity too.
 	delete(tr.unclaimed, Member{PID: 40, Start: 400})
-	tr.seen = map[Member]*pgScope{{PID: 10, Start: 100}: idle, {PID: 11, Start: 105}: idle}
+	tr.seen[Member{PID: 11, Start: 105}] = idle
 	tr.ran[Member{PID: 11, Start: 105}] = 1
 	if got := tr.active([]*pgScope{idle}, table); len(got) != 1 {
 		t.Errorf("idle scope whose member 11 ended: active %v; want it", got)
+	}
+	delete(tr.seen, Member{PID: 11, Start: 105})
+	if got := tr.active([]*pgScope{idle}, table); len(got) != 0 {
+		t.Fatalf("idle scope: active %v; want none", got)
+	}
+	// So is a member the last look saw but could not measure (its start
+	// time was not known when the look began; it may have ended since),
+	// and a scope that began after the last look.
+	tr.seen[Member{PID: 12, Start: 106}] = idle
+	if got := tr.active([]*pgScope{idle}, table); len(got) != 1 {
+		t.Errorf("idle scope with an unmeasured member: active %v; want it", got)
+	}
+	delete(tr.seen, Member{PID: 12, Start: 106})
+	idle.looked = false
+	if got := tr.active([]*pgScope{idle}, table); len(got) != 1 {
+		t.Errorf("a scope that began after the last look: active %v; want it", got)
 	}
 }

@@ -215,16 +215,17 @@ func (t *Tracker) NewScope(name string) (Scope, error) {
 }
 
 type pgScope struct {
-	t     *Tracker
-	name  string
-	sid   int            // the subject's pid, which is its session id
-	start uint64         // a lower bound of the subject's start time, in ticks
-	known map[int]uint64 // members at the last look: pid -> start
-	sids  map[int]bool   // the sessions of those members
-	live  bool           // registered with the tracker
-	left  bool           // the subject exited: what remains is left alone (kept)
-	pipe  uint64         // inode of the subject's stdout pipe, which its descendants inherit
-	tid   int            // the relayd thread that forked the subject
+	t      *Tracker
+	name   string
+	sid    int            // the subject's pid, which is its session id
+	start  uint64         // a lower bound of the subject's start time, in ticks
+	known  map[int]uint64 // members at the last look: pid -> start
+	sids   map[int]bool   // the sessions of those members
+	live   bool           // registered with the tracker
+	left   bool           // the subject exited: what remains is left alone (kept)
+	looked bool           // the last complete look (Tracker.seen) included this scope
+	pipe   uint64         // inode of the subject's stdout pipe, which its descendants inherit
+	tid    int            // the relayd thread that forked the subject
 }
 
 func (s *pgScope) forked(tid int, pipe uint64) {
@@ -713,29 +714,31 @@ func (t *Tracker) active(from []*pgScope, table map[int]procEntry) []*pgScope {
 }
 
 // scopeRan reports whether a process of s ran, ended or appeared since the
-// last complete look.
+// last complete look, or cannot be shown not to have: a scope that began
+// since, a process of it that look saw but did not measure (its start time
+// was not known yet when the look began), one that has ended, one whose run
+// time grew, one that is new.
 func (t *Tracker) scopeRan(s *pgScope, table map[int]procEntry) bool {
-	recorded := 0
-	for m := range t.ran {
-		if start, ok := s.known[m.PID]; ok && start == m.Start {
-			recorded++
+	if !s.looked {
+		return true
+	}
+	for m, owner := range t.seen {
+		if owner != s {
+			continue
 		}
-	}
-	if recorded != len(s.known) {
-		return true // a member appeared, or one was not recorded
-	}
-	for pid, start := range s.known {
-		if t.ranSince(Member{PID: pid, Start: start}, table) {
+		if _, measured := t.ran[m]; !measured {
+			return true
+		}
+		if start, ok := s.known[m.PID]; !ok || start != m.Start {
+			return true
+		}
+		if t.ranSince(m, table) {
 			return true
 		}
 	}
-	// A member that ended is no longer known: the count above differs
-	// only if one also appeared, so look for the ended ones too.
-	for m := range t.ran {
-		if owner, ok := t.seen[m]; ok && owner == s {
-			if _, still := s.known[m.PID]; !still {
-				return true
-			}
+	for pid, start := range s.known {
+		if owner, ok := t.seen[Member{PID: pid, Start: start}]; !ok || owner != s {
+			return true
 		}
 	}
 	return false
@@ -797,6 +800,12 @@ func (t *Tracker) remember(table map[int]procEntry, scopes []*pgScope, began uin
 		}
 	}
 	t.seen, t.foreignSids, t.seenTick, t.seenWhole = seen, foreign, began, t.lastLookWhole
+	for s := range t.scopes {
+		s.looked = false
+	}
+	for _, s := range scopes {
+		s.looked = true
+	}
 }
 
 // runtimes reads how long each member known so far and each unclaimed
