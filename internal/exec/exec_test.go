@@ -956,8 +956,9 @@ func waitEscaped(t *testing.T, pid int, orphaned bool) {
 	}
 }
 
-// walkTable finds adopted orphans in the children of the main thread alone.
-// Here the subject is forked by another thread, and its double-forked
+// A look finds adopted orphans in the children of the main thread (and of
+// the threads that forked live subjects). Here the subject is forked by a
+// thread other than the main one, and its double-forked
 // grandchild must still be found (with no rescan between the fork and the
 // look) in the main thread's children and in the scope.
 func TestOrphansComeToMainThread(t *testing.T) {

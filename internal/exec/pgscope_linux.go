@@ -69,9 +69,8 @@ type Tracker struct {
 	// seenWhole: that look saw every process then in relayd's care (a
 	// scan of all of /proc, or a walk that read relayd's children again at
 	// its end and found nothing new): only then did a process that existed
-	// and was not seen come from outside. lastLookWhole is the same for the
-	// look under way.
-	seenWhole, lastLookWhole bool
+	// and was not seen come from outside.
+	seenWhole bool
 
 	// ran is how long each member and each unclaimed process had run
 	// (nanoseconds, every thread) when the last complete look began, before
@@ -297,7 +296,7 @@ func (s *pgScope) lookLocked() error {
 	if s.live {
 		return s.t.refreshLocked()
 	}
-	_, err := s.t.lookAt([]*pgScope{s}, false)
+	_, _, err := s.t.lookAt([]*pgScope{s}, false)
 	return err
 }
 
@@ -417,9 +416,9 @@ func (t *Tracker) refreshLocked() error {
 	}
 	began := nowTicks()
 	ran := t.runtimes(scopes)
-	table, err := t.lookAt(scopes, true)
+	table, whole, err := t.lookAt(scopes, true)
 	if table != nil && err == nil {
-		t.remember(table, scopes, began)
+		t.remember(table, scopes, began, whole)
 		t.ran = ran
 	}
 	return err
@@ -429,13 +428,13 @@ func (t *Tracker) refreshLocked() error {
 // members and from relayd's children where the tree can be followed, else
 // all of it), updates the scopes from it and attributes the orphans that
 // came to relayd (only when scopes are every live scope: a last look at a
-// closed scope attributes nothing). When a scope is then empty, relayd's
-// children are read again, and what came since is walked, until nothing new
-// comes.
-func (t *Tracker) lookAt(scopes []*pgScope, all bool) (map[int]procEntry, error) {
+// closed scope attributes nothing). When a scope is then empty, or an
+// orphan's origin can be in doubt, relayd's children are read again, and
+// what came since is walked, until nothing new comes. whole reports whether
+// the look saw every process then in relayd's care (Tracker.seenWhole).
+func (t *Tracker) lookAt(scopes []*pgScope, all bool) (map[int]procEntry, bool, error) {
 	var table map[int]procEntry
 	var queue []int
-	t.lastLookWhole = false
 	if t.walk {
 		for _, s := range scopes {
 			for pid := range s.known {
@@ -451,7 +450,7 @@ func (t *Tracker) lookAt(scopes []*pgScope, all bool) (map[int]procEntry, error)
 	if !t.walk || scanIsCheaper(t.procRoot, len(queue)) {
 		var err error
 		if table, err = procTable(t.procRoot); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		queue = queue[:0]
 	} else {
@@ -460,7 +459,7 @@ func (t *Tracker) lookAt(scopes []*pgScope, all bool) (map[int]procEntry, error)
 	if t.walk {
 		kids, err := t.selfChildren(scopes)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		queue = append(queue, kids...)
 	}
@@ -478,12 +477,11 @@ func (t *Tracker) lookAt(scopes []*pgScope, all bool) (map[int]procEntry, error)
 			t.attribute(table, children, scopes)
 		}
 		if !t.walk || (!anyEmpty(scopes, t.unclaimed) && !(all && doubtful(scopes))) {
-			t.lastLookWhole = !t.walk
-			return table, nil
+			return table, !t.walk, nil
 		}
 		again, err := t.selfChildren(scopes)
 		if err != nil {
-			return table, err
+			return table, false, err
 		}
 		queue = queue[:0]
 		for _, pid := range again {
@@ -492,11 +490,10 @@ func (t *Tracker) lookAt(scopes []*pgScope, all bool) (map[int]procEntry, error)
 			}
 		}
 		if len(queue) == 0 {
-			t.lastLookWhole = true
-			return table, nil
+			return table, true, nil
 		}
 		if round == maxLookRounds {
-			return table, errUnstable
+			return table, false, errUnstable
 		}
 	}
 }
@@ -772,7 +769,7 @@ func bySession(scopes []*pgScope, sid int) *pgScope {
 
 // remember keeps what a complete look found, for the attribution of the
 // orphans of later looks.
-func (t *Tracker) remember(table map[int]procEntry, scopes []*pgScope, began uint64) {
+func (t *Tracker) remember(table map[int]procEntry, scopes []*pgScope, began uint64, whole bool) {
 	owner := make(map[int]*pgScope)
 	for _, s := range scopes {
 		for pid := range s.known {
@@ -799,7 +796,7 @@ func (t *Tracker) remember(table map[int]procEntry, scopes []*pgScope, began uin
 			delete(foreign, sid) // a member's session is never nobody's
 		}
 	}
-	t.seen, t.foreignSids, t.seenTick, t.seenWhole = seen, foreign, began, t.lastLookWhole
+	t.seen, t.foreignSids, t.seenTick, t.seenWhole = seen, foreign, began, whole
 	for s := range t.scopes {
 		s.looked = false
 	}
