@@ -1095,7 +1095,7 @@ func TestScopeUpdate(t *testing.T) {
 		905: {pid: 905, ppid: 1, sid: 905, start: 1905, state: 'Z', threads: 2}, // main thread gone, another runs
 		906: {pid: 906, ppid: 905, sid: 905, start: 1906, state: 'S'},           // forked by that other thread
 	}
-	s := &pgScope{sid: sid, start: 1000, sids: map[int]bool{sid: true, 102: true}, known: map[int]uint64{
+	s := &pgScope{sid: sid, start: 1000, sids: map[int]uint64{sid: 1, 102: 1}, known: map[int]uint64{
 		905: 1905,
 		sid: 1000,
 		200: 1234, // was a member with another start time: a different process now
@@ -1104,7 +1104,7 @@ func TestScopeUpdate(t *testing.T) {
 		900: 1900,
 		999: 1999, // ended
 	}}
-	s.update(table, childrenOf(table))
+	s.update(table, childrenOf(table), 1)
 	want := map[int]uint64{sid: 1000, 101: 1001, 102: 1002, 103: 1003, 300: 1500, 700: 1200, 702: 1200, 800: 1800, 902: 1902,
 		904: 1904, 905: 1905, 906: 1906}
 	if !mapsEqual(s.known, want) {
@@ -1113,9 +1113,43 @@ func TestScopeUpdate(t *testing.T) {
 
 	// The same pid with a new start time the next time round is a new process.
 	table[101] = procEntry{pid: 101, ppid: 1, sid: 101, start: 9000, state: 'S'}
-	s.update(table, childrenOf(table))
+	s.update(table, childrenOf(table), 1)
 	if _, ok := s.known[101]; ok {
 		t.Fatalf("members %v include 101 after its pid was reused", s.known)
+	}
+}
+
+// A subject that starts a service and exits at once can be gone at a look
+// that does not see the service yet (the service came to relayd after the
+// look read relayd's children): its session still says whose the service
+// is at the next look, or the next round of the same look. Found by CI:
+// the service was taken for any scope's (unclaimed by every scope begun
+// before it), so a concurrent settlement could not confirm and destroyed.
+func TestScopeKeepsSessionOfGoneSubject(t *testing.T) {
+	const subject, service = 100, 101
+	s := &pgScope{sid: subject, start: 1000, sids: map[int]uint64{subject: 1}, known: map[int]uint64{subject: 0}}
+	// Look 1: the subject is seen, running.
+	table := map[int]procEntry{subject: {pid: subject, ppid: 1, sid: subject, start: 1000, state: 'S'}}
+	s.update(table, childrenOf(table), 1)
+	// Look 2, first round: the subject is a zombie, its service not seen.
+	table = map[int]procEntry{subject: {pid: subject, ppid: 1, sid: subject, start: 1000, state: 'Z'}}
+	s.update(table, childrenOf(table), 2)
+	if len(s.known) != 0 {
+		t.Fatalf("members %v; want none", s.known)
+	}
+	// The next round (or the next look) finds the service, orphaned.
+	table[service] = procEntry{pid: service, ppid: 1, sid: subject, start: 1001, state: 'S'}
+	s.update(table, childrenOf(table), 3)
+	if want := map[int]uint64{service: 1001}; !mapsEqual(s.known, want) {
+		t.Fatalf("members %v; want %v: the service in the subject's session", s.known, want)
+	}
+	// A session no look has seen a member in for longer is forgotten.
+	delete(table, service)
+	s.update(table, childrenOf(table), 4)
+	s.update(table, childrenOf(table), 5)
+	s.update(table, childrenOf(table), 6)
+	if len(s.sids) != 0 {
+		t.Fatalf("sessions %v; want none after two looks without a member", s.sids)
 	}
 }
 
@@ -1145,8 +1179,8 @@ func mapsEqual(a, b map[int]uint64) bool {
 // attribute on a synthetic process table: pure logic, no processes.
 func TestAttribute(t *testing.T) {
 	const self = 50
-	early := &pgScope{sid: 100, start: 1000, known: map[int]uint64{100: 1000, 120: 1200}, sids: map[int]bool{100: true, 120: true}, live: true}
-	late := &pgScope{sid: 200, start: 3000, known: map[int]uint64{200: 3000, 210: 3100}, sids: map[int]bool{200: true}, live: true}
+	early := &pgScope{sid: 100, start: 1000, known: map[int]uint64{100: 1000, 120: 1200}, sids: map[int]uint64{100: 1, 120: 1}, live: true}
+	late := &pgScope{sid: 200, start: 3000, known: map[int]uint64{200: 3000, 210: 3100}, sids: map[int]uint64{200: 1}, live: true}
 	tr := &Tracker{self: self, scopes: map[*pgScope]struct{}{early: {}, late: {}}, unclaimed: map[Member][]*pgScope{},
 		seen: map[Member]*pgScope{{PID: 260, Start: 2500}: nil}, foreignSids: map[int]bool{270: true}, seenTick: 2900, seenWhole: true}
 	for _, s := range []*pgScope{early, late} {

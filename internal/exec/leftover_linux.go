@@ -140,6 +140,7 @@ type recordedScope struct {
 	self     int
 	subject  uint64     // the subject's recorded start time; 0 when not known
 	mu       sync.Mutex // a settlement looks and signals from two goroutines
+	looks    uint64     // looks so far, for pgScope.sids
 	s        pgScope
 }
 
@@ -166,13 +167,14 @@ func (r *recordedScope) Members() ([]Member, error) {
 		}
 	}
 	if r.s.sid > 0 && r.s.sids == nil {
-		r.s.sids = map[int]bool{r.s.sid: true} // update follows the sessions of the members from here
+		r.s.sids = map[int]uint64{r.s.sid: r.looks} // update follows the sessions of the members from here
 	}
 	children := make(map[int][]int, len(table))
 	for pid, e := range table {
 		children[e.ppid] = append(children[e.ppid], pid)
 	}
-	r.s.update(table, children)
+	r.looks++
+	r.s.update(table, children, r.looks)
 	out := make([]Member, 0, len(r.s.known))
 	for pid, start := range r.s.known {
 		out = append(out, Member{PID: pid, Start: start})

@@ -71,6 +71,7 @@ type Tracker struct {
 	// its end and found nothing new): only then did a process that existed
 	// and was not seen come from outside.
 	seenWhole bool
+	looks     uint64 // complete looks begun (refreshLocked), for pgScope.sids
 
 	// ran is how long each member and each unclaimed process had run
 	// (nanoseconds, every thread) when the last complete look began, before
@@ -214,17 +215,25 @@ func (t *Tracker) NewScope(name string) (Scope, error) {
 }
 
 type pgScope struct {
-	t      *Tracker
-	name   string
-	sid    int            // the subject's pid, which is its session id
-	start  uint64         // a lower bound of the subject's start time, in ticks
-	known  map[int]uint64 // members at the last look: pid -> start
-	sids   map[int]bool   // the sessions of those members
-	live   bool           // registered with the tracker
-	left   bool           // the subject exited: what remains is left alone (kept)
-	looked bool           // the last complete look (Tracker.seen) included this scope
-	pipe   uint64         // inode of the subject's stdout pipe, which its descendants inherit
-	tid    int            // the relayd thread that forked the subject
+	t     *Tracker
+	name  string
+	sid   int            // the subject's pid, which is its session id
+	start uint64         // a lower bound of the subject's start time, in ticks
+	known map[int]uint64 // members at the last look: pid -> start
+	// sids are the sessions members made, each with the look that last
+	// saw a member in it. One is kept for a look after its last member
+	// was seen (sidGrace): a subject that starts a service and exits at
+	// once can be gone at a look that does not see the service yet (it
+	// came to relayd after the look read relayd's children), and the
+	// session is then what says whose the service is. While a process is
+	// in session S the kernel does not hand out pid S, so the session
+	// cannot name another one meanwhile.
+	sids   map[int]uint64
+	live   bool   // registered with the tracker
+	left   bool   // the subject exited: what remains is left alone (kept)
+	looked bool   // the last complete look (Tracker.seen) included this scope
+	pipe   uint64 // inode of the subject's stdout pipe, which its descendants inherit
+	tid    int    // the relayd thread that forked the subject
 }
 
 func (s *pgScope) forked(tid int, pipe uint64) {
@@ -252,7 +261,12 @@ func (s *pgScope) started(pid int) {
 	// /proc/PID/stat here, while the subject is still in execve, cost a
 	// twentieth of relayd's time per execute.
 	s.known[pid] = 0
-	s.sids = map[int]bool{pid: true}
+	s.sids = map[int]uint64{pid: s.t.looks}
+	// The kernel has just handed out pid: no session S=pid exists, so
+	// another scope's memory of one (kept for sidGrace) is stale.
+	for o := range s.t.scopes {
+		delete(o.sids, pid)
+	}
 	s.live = true
 	s.t.scopes[s] = struct{}{}
 	select {
@@ -414,6 +428,7 @@ func (t *Tracker) refreshLocked() error {
 	for s := range t.scopes {
 		scopes = append(scopes, s)
 	}
+	t.looks++
 	began := nowTicks()
 	ran := t.runtimes(scopes)
 	table, whole, err := t.lookAt(scopes, true)
@@ -471,7 +486,7 @@ func (t *Tracker) lookAt(scopes []*pgScope, all bool) (map[int]procEntry, bool, 
 			children[e.ppid] = append(children[e.ppid], pid)
 		}
 		for _, s := range scopes {
-			s.update(table, children)
+			s.update(table, children, t.looks)
 		}
 		if all {
 			t.attribute(table, children, scopes)
@@ -667,7 +682,7 @@ func (t *Tracker) attribute(table map[int]procEntry, children map[int][]int, sco
 		}
 	}
 	for _, s := range grown {
-		s.update(table, children)
+		s.update(table, children, t.looks)
 	}
 	// Descendants of unclaimed processes are unclaimed by the same scopes.
 	for m, from := range t.unclaimed {
@@ -757,7 +772,7 @@ func (t *Tracker) ranSince(m Member, table map[int]procEntry) bool {
 func bySession(scopes []*pgScope, sid int) *pgScope {
 	var found *pgScope
 	for _, s := range scopes {
-		if s.sids[sid] {
+		if _, ok := s.sids[sid]; ok {
 			if found != nil {
 				return nil // a pid reused as a session id: no proof either way
 			}
@@ -834,10 +849,15 @@ func (t *Tracker) runtimes(scopes []*pgScope) map[Member]uint64 {
 	return ran
 }
 
-// update recomputes the scope's members from one process table: the
-// members it knew that are still there, the processes of the sessions its
-// members made that began after it, and their descendants.
-func (s *pgScope) update(table map[int]procEntry, children map[int][]int) {
+// sidGrace is how many looks a session is remembered after the last one
+// that saw a member in it.
+const sidGrace = 1
+
+// update recomputes the scope's members from one process table of look
+// number look: the members it knew that are still there, the processes of
+// the sessions its members made that began after it, and their
+// descendants.
+func (s *pgScope) update(table map[int]procEntry, children map[int][]int, look uint64) {
 	members := make(map[int]uint64, len(s.known))
 	var queue []int
 	add := func(e procEntry) {
@@ -857,7 +877,7 @@ func (s *pgScope) update(table map[int]procEntry, children map[int][]int) {
 	}
 	if len(s.sids) > 0 {
 		for _, e := range table {
-			if s.sids[e.sid] && e.start >= s.start {
+			if _, ok := s.sids[e.sid]; ok && e.start >= s.start {
 				add(e)
 			}
 		}
@@ -872,11 +892,17 @@ func (s *pgScope) update(table map[int]procEntry, children map[int][]int) {
 		}
 	}
 	s.known = members
-	sids := make(map[int]bool, 1)
-	for pid := range members {
-		sids[table[pid].sid] = true
+	if s.sids == nil {
+		s.sids = make(map[int]uint64, 1)
 	}
-	s.sids = sids
+	for pid := range members {
+		s.sids[table[pid].sid] = look
+	}
+	for sid, last := range s.sids {
+		if last+sidGrace < look {
+			delete(s.sids, sid)
+		}
+	}
 }
 
 // signalMember signals one process only if it is still the one that was
