@@ -101,7 +101,7 @@ k8s-image: image
 task-image:
 	deploy/test/build-task-image.sh $(TASK_IMAGE)
 
-## container-test: the tests under a real Docker engine (e2e/docker_test.go, build tag docker)
+## container-test: the tests under a real Docker engine (e2e/docker*_test.go, build tag docker; compose is docker-compose, else docker compose)
 container-test: image task-image
 	RELAYD_IMAGE=$(IMAGE) RELAYD_TASK_IMAGE=$(TASK_IMAGE) $(GO) test $(RACE) -tags docker -count=1 -run '^TestDocker' -v -timeout 10m ./e2e/
 
