@@ -1,0 +1,140 @@
+"""Starts the real relayd for the tests: TEST_RELAYD_BIN names the binary
+(make pytest passes bin/relayd); without it, the tests build one from this
+repository with go build, once per run."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from typing import Dict, List, Optional
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+_built: Optional[str] = None
+
+
+def relayd_binary() -> str:
+    global _built
+    env = os.environ.get("TEST_RELAYD_BIN")
+    if env:
+        return env
+    if _built is None:
+        d = tempfile.mkdtemp(prefix="relayd-pytest-bin-")
+        atexit.register(shutil.rmtree, d, True)
+        out = os.path.join(d, "relayd")
+        subprocess.run(["go", "build", "-o", out, "./cmd/relayd"], cwd=REPO, check=True, timeout=600)
+        _built = out
+    return _built
+
+
+def new_token() -> str:
+    return "tok-" + secrets.token_hex(16)
+
+
+def wait_for(what: str, cond, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
+class Relayd:
+    """One relayd under test, in listen mode on a free loopback port or, with
+    connect, dialing out. Its subjects' leftovers are killed by close()."""
+
+    def __init__(self, *args: str, connect: Optional[str] = None, token: Optional[str] = None) -> None:
+        self.dir = tempfile.mkdtemp(prefix="relayd-pytest-")
+        self.workspace = os.path.join(self.dir, "workspace")
+        os.mkdir(self.workspace)
+        self.token = token or new_token()
+        token_file = os.path.join(self.dir, "token")
+        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(self.token + "\n")
+        argv = [relayd_binary(), "--token-file", token_file, "--workspace", self.workspace,
+                "--state-dir", os.path.join(self.dir, "state"), "--term-grace", "300ms", "--teardown-timeout", "3s"]
+        argv += ["--connect", connect] if connect else ["--listen", "127.0.0.1:0"]
+        argv += list(args)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYD_")}
+        self.log_path = os.path.join(self.dir, "log")
+        with open(self.log_path, "wb") as log:
+            # Its own session: signals a subject sends to its group reach only relayd.
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                                         start_new_session=True)
+        self.addr = ""
+        if connect is None:
+            try:
+                wait_for("relayd to listen", self._listening, 20)
+            except AssertionError:
+                self.close()
+                raise
+
+    def _listening(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"relayd exited {self.proc.returncode} at start: {self.logs()}")
+        for line in self.logs().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("message") == "listening":
+                self.addr = rec["addr"]
+                return True
+        return False
+
+    def logs(self) -> str:
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def descendants(self) -> List[int]:
+        """Every live process below relayd: subjects and what they left."""
+        children: Dict[int, List[int]] = {}
+        for e in os.listdir("/proc"):
+            if not e.isdigit():
+                continue
+            try:
+                with open(f"/proc/{e}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(b")") + 2:].split()
+            if fields[0] in (b"Z", b"X"):
+                continue
+            children.setdefault(int(fields[1]), []).append(int(e))
+        out: List[int] = []
+        todo = [self.proc.pid]
+        while todo:
+            for c in children.get(todo.pop(), []):
+                out.append(c)
+                todo.append(c)
+        return out
+
+    def kill_leftovers(self) -> None:
+        for pid in self.descendants():
+            try:
+                os.kill(pid, signal.SIGKILL)  # started by this test's relayd
+            except ProcessLookupError:
+                pass
+
+    def stop(self) -> int:
+        """SIGTERM (relayd settles what runs) and relayd's exit status."""
+        self.kill_leftovers()
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(15)
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.kill_leftovers()
+            self.proc.kill()
+        self.proc.wait(15)
+        shutil.rmtree(self.dir, ignore_errors=True)
