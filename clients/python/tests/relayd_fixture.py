@@ -138,3 +138,79 @@ class Relayd:
             self.proc.kill()
         self.proc.wait(15)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class NoLeaks:
+    """Mixin: fails a test that left an object whose finalizer complained
+    (an unclosed socket, transport or file: ResourceWarning, which -W error
+    turns into an exception that Python can only report as unraisable)."""
+
+    def _leak_setup(self) -> None:
+        import sys
+
+        self._unraisable: List[str] = []
+        self._old_hook = sys.unraisablehook
+
+        def hook(u: "sys.UnraisableHookArgs") -> None:
+            self._unraisable.append(f"{u.exc_type.__name__}: {u.exc_value} ({u.object!r})")
+
+        sys.unraisablehook = hook
+
+    def _leak_check(self) -> None:
+        import gc
+        import sys
+
+        gc.collect()
+        sys.unraisablehook = self._old_hook
+        if self._unraisable:
+            raise AssertionError("left unclosed: " + "; ".join(self._unraisable))
+
+
+def subject_pythonpath() -> str:
+    """Where a Python subject finds relayd_client: the directory this run imports it from."""
+    import relayd_client
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(relayd_client.__file__)))
+
+
+def read_pid(path: str, timeout: float = 10.0) -> int:
+    """The pid a subject wrote to path."""
+    pid = 0
+
+    def ok() -> bool:
+        nonlocal pid
+        try:
+            with open(path) as f:
+                pid = int(f.read().split()[0])
+            return True
+        except (OSError, ValueError, IndexError):
+            return False
+
+    wait_for("pid file " + os.path.basename(path), ok, timeout)
+    return pid
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
+
+
+import unittest  # noqa: E402
+
+
+class RelaydTest(NoLeaks, unittest.TestCase):
+    """A test with a leak check and a helper to start relayds that are
+    stopped (or killed) when the test ends."""
+
+    def setUp(self) -> None:
+        self._leak_setup()
+        self.addCleanup(self._leak_check)  # runs last: after every other cleanup
+
+    def relayd(self, *args: str, connect: Optional[str] = None, token: Optional[str] = None) -> Relayd:
+        d = Relayd(*args, connect=connect, token=token)
+        self.addCleanup(d.close)
+        return d
