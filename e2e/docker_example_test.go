@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +88,21 @@ func TestDockerExampleHarness(t *testing.T) {
 				t.Errorf("trial %s: %s=%q; want %q", trial, k, got[trial][k], v)
 			}
 		}
+	}
+	// The README prints these lines too: the same but for the seconds.
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seconds := regexp.MustCompile(` seconds=[0-9.]+`)
+	var printed []string
+	for _, line := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(line, "    trial=") {
+			printed = append(printed, seconds.ReplaceAllString(strings.TrimPrefix(line, "    "), ""))
+		}
+	}
+	if ran := seconds.ReplaceAllString(strings.TrimSpace(stdout.String()), ""); strings.Join(printed, "\n") != ran {
+		t.Errorf("README.md shows the example printing\n%s\nbut it printed (seconds aside)\n%s", strings.Join(printed, "\n"), ran)
 	}
 	if ids := leftovers(); ids != "" {
 		t.Errorf("containers the example started are still there: %s", ids)
