@@ -1,4 +1,4 @@
-# relayd: make build | run | test | pytest | pytest-venv | chaos | fuzz | lint | conformance | bench | image | k8s-image | container-test | clean
+# relayd: make build | run | test | pytest | pytest-venv | pytypes | chaos | fuzz | lint | conformance | bench | image | k8s-image | container-test | clean
 GO        ?= go
 VERSION   ?= 0.1.0
 COMMIT    := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -10,7 +10,7 @@ LISTEN    ?= 127.0.0.1:7700
 RUNDIR    := .run
 SHARED    ?= ../shared
 
-.PHONY: build run test pytest pytest-venv chaos fuzz lint conformance clean
+.PHONY: build run test pytest pytest-venv pytypes chaos fuzz lint conformance clean
 
 ## build: a static binary in bin/relayd, version stamped
 build:
@@ -46,6 +46,11 @@ PYUNIT    := -X dev -W error -m unittest discover -s tests
 ## pytest: the Python client's unittest suite against bin/relayd, from the source tree
 pytest: build
 	cd clients/python && TEST_RELAYD_BIN=$(abspath $(BIN)) PYTHONPATH=src $(PYTHON) $(PYUNIT)
+
+## pytypes: the Python client's type hints checked with mypy --strict (Debian's python3-mypy), for Python 3.9 and this one
+pytypes:
+	$(PYTHON) -m mypy --strict --python-version 3.9 clients/python/src/relayd_client
+	$(PYTHON) -m mypy --strict clients/python/src/relayd_client
 
 ## pytest-venv: install the Python client with pip into a fresh venv (the build backend from the system) and run its tests there
 pytest-venv: build

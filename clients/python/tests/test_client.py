@@ -3,6 +3,7 @@ survivors, client-side timeouts, and every error category of protocol 4.4."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -52,6 +53,7 @@ class ClientTest(RelaydTest):
             self.assertEqual((x.exit_code, x.termination), (127, "exited"))
             v = c.verify()
             self.assertEqual((v.quiescent, v.survivors), (True, ()))
+            self.assertNotIn(d.token, repr(c))
         self.assertEqual(d.stop(), 0)
 
     def test_framework_timeout_settles(self) -> None:
@@ -249,6 +251,7 @@ class FakeRelayd:
         self._srv = socket.create_server(("127.0.0.1", 0))
         self.addr = "127.0.0.1:%d" % self._srv.getsockname()[1]
         self._replies = replies
+        self.received: "dict[str, object]" = {}
         self._thread = threading.Thread(target=self._serve)
         self._thread.start()
 
@@ -266,6 +269,7 @@ class FakeRelayd:
                 if not chunk:
                     return
                 buf += chunk
+            self.received = json.loads(buf.split(b"\n")[0])
             for r in self._replies:
                 conn.sendall(r)
 
@@ -275,6 +279,42 @@ class FakeRelayd:
     def __exit__(self, *exc: object) -> None:
         self._thread.join(15)
         self._srv.close()
+
+
+class ExtensionTest(RelaydTest):
+    """Protocol 4.5 on the client's side, against a fake relayd: this relayd
+    does not stream or capture stderr yet, and the client must not depend
+    on it."""
+
+    def test_stream_and_stderr(self) -> None:
+        replies = [
+            b'{"token":"t","kind":"started","id":1,"execution":"x-1"}\n',
+            b'{"token":"t","kind":"output","id":1,"execution":"x-1","stream":"stdout","data":"step 1\\n"}\n',
+            b'{"token":"t","kind":"output","id":1,"execution":"x-1","stream":"stderr","data":"warn\\n","dropped":5}\n',
+            b'{"token":"t","kind":"executed","id":1,"termination":"exited","exitCode":0,"stdout":"step 1\\n",'
+            b'"stderr":"warn\\n","stderrTruncated":false,"diagnostic":{"category":"none"},"execution":"x-1",'
+            b'"settlement":"settled","survivors":[],"scope":{"mechanism":"cgroup"},"durationMs":5}\n',
+        ]
+        with FakeRelayd(replies) as f:
+            with Client(f.addr, "t") as c:
+                started: "list[str]" = []
+                chunks: "list[relayd_client.Output]" = []
+                x = c.execute("agent", capture_stderr=True, stream=True, on_exit="settle", detach_ms=5000,
+                              on_started=started.append, on_output=chunks.append, timeout=10)
+        self.assertEqual({k: f.received.get(k) for k in ("captureStderr", "stream", "onExit", "detachMs")},
+                         {"captureStderr": True, "stream": True, "onExit": "settle", "detachMs": 5000})
+        self.assertEqual(started, ["x-1"])
+        self.assertEqual([(o.stream, o.data, o.dropped) for o in chunks], [("stdout", "step 1\n", 0), ("stderr", "warn\n", 5)])
+        self.assertEqual((x.stderr, x.stderr_truncated, x.settlement, x.duration), ("warn\n", False, "settled", 0.005))
+
+    def test_extensions_not_sent_unless_asked(self) -> None:
+        reply = (b'{"kind":"executed","id":1,"termination":"exited","exitCode":0,"stdout":"",'
+                 b'"diagnostic":{"category":"none"},"execution":"x-1","settlement":"none","survivors":[]}\n')
+        with FakeRelayd([reply]) as f:
+            with Client(f.addr, "t") as c:
+                x = c.execute("true", timeout=10)
+        self.assertEqual(sorted(f.received), ["args", "command", "id", "kind", "token"])
+        self.assertIsNone(x.stderr)
 
 
 class VanishTest(RelaydTest):

@@ -32,8 +32,7 @@ Reply = Union[Ready, Executed, Verified, Dict[str, Any]]
 def parse_address(address: Address) -> Tuple[str, int]:
     """("host", port) from "host:port", "[::1]:port" or a (host, port) pair."""
     if isinstance(address, tuple):
-        host, port = address
-        return str(host), int(port)
+        return str(address[0]), int(address[1])
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit():
         raise ValueError(f"relayd address {address!r}: want HOST:PORT")

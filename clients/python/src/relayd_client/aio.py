@@ -272,7 +272,7 @@ class AsyncListener:
         self.handshake_timeout = handshake_timeout
         self.max_pending = max_pending
         self.teardown_budget = teardown_budget
-        self._server: Optional[asyncio.AbstractServer] = None
+        self._server: Optional[asyncio.Server] = None
         self._ready: List[AsyncClient] = []
         self._tokens: List[str] = []
         self._changed = asyncio.Event()

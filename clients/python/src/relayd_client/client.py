@@ -333,12 +333,11 @@ class Listener:
             if now >= expires:
                 self._drop(sock)
         for key, _ in self._sel.select(wait):
-            sock = key.fileobj
-            assert isinstance(sock, socket.socket)
-            if sock is self._sock:
+            obj = key.fileobj
+            if obj is self._sock:
                 self._take()
-            else:
-                self._read_hello(sock)
+            elif isinstance(obj, socket.socket):
+                self._read_hello(obj)
 
     def _take(self) -> None:
         try:
