@@ -307,6 +307,18 @@ class ExtensionTest(RelaydTest):
         self.assertEqual([(o.stream, o.data, o.dropped) for o in chunks], [("stdout", "step 1\n", 0), ("stderr", "warn\n", 5)])
         self.assertEqual((x.stderr, x.stderr_truncated, x.settlement, x.duration), ("warn\n", False, "settled", 0.005))
 
+    def test_a_raising_callback_closes(self) -> None:
+        replies = [b'{"token":"t","kind":"output","id":1,"execution":"x-1","stream":"stdout","data":"x"}\n']
+
+        def boom(o: relayd_client.Output) -> None:
+            raise RuntimeError("callback failed")
+
+        with FakeRelayd(replies) as f:
+            with Client(f.addr, "t") as c:
+                with self.assertRaisesRegex(RuntimeError, "callback failed"):
+                    c.execute("agent", stream=True, on_output=boom, timeout=10)
+                self.assertTrue(c.closed)
+
     def test_extensions_not_sent_unless_asked(self) -> None:
         reply = (b'{"kind":"executed","id":1,"termination":"exited","exitCode":0,"stdout":"",'
                  b'"diagnostic":{"category":"none"},"execution":"x-1","settlement":"none","survivors":[]}\n')

@@ -166,7 +166,7 @@ class AsyncClient:
 
     async def _exchange(self, line: bytes, call: _wire.Call, wait: Optional[float], raw: bool = False) -> _wire.Reply:
         if self._lost is not None:
-            raise self._lost
+            raise ConnectionLostError(f"this relayd connection ended: {self._lost}") from self._lost
         writer = self._writer
         if writer is None:
             raise ConnectionLostError("this relayd connection is closed")

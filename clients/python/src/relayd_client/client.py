@@ -166,7 +166,16 @@ class Client:
             id = self._next_id
             self._next_id += 1
             line = _wire.encode({"token": self._token, **msg, "id": id})
-            return self._exchange(line, _wire.Call(id, want, on_output, on_started), wait, raw)
+            try:
+                return self._exchange(line, _wire.Call(id, want, on_output, on_started), wait, raw)
+            except ProtocolError:
+                raise  # the connection stays open unless relayd closes it (handled in _exchange)
+            except BaseException:
+                # Interrupted (KeyboardInterrupt, a callback that raised) or lost:
+                # the reply may still come, so the connection can serve nothing
+                # more. Closing it makes relayd settle what still runs.
+                self.close()
+                raise
 
     def _exchange(self, line: bytes, call: _wire.Call, wait: Optional[float], raw: bool = False) -> _wire.Reply:
         deadline = None if wait is None else time.monotonic() + wait
