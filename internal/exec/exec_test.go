@@ -956,6 +956,59 @@ func waitEscaped(t *testing.T, pid int, orphaned bool) {
 	}
 }
 
+// A look can come while a subject is being forked: after the fork, before
+// the scope holds the subject (started). What the subject made by then
+// must still be the scope's: here it started a daemon (setsid, its
+// launcher gone at once) before the scope knew it, and another scope's
+// look came in between. Found by CI: such a look took the daemon for
+// nobody's, or for the other scope's, and the settlement of its own
+// scope came out settled while it lived.
+func TestLookWhileSubjectForks(t *testing.T) {
+	p := newPins(t)
+	other, err := slowTracker.NewScope("other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	startSh(t, p, other, "exec sleep 600", Spec{})
+	scope, err := slowTracker.NewScope("forking")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(scope.Close)
+	sys := &syscall.SysProcAttr{}
+	if err := scope.prepare(sys); err != nil {
+		t.Fatal(err)
+	}
+	daemonFile := filepath.Join(t.TempDir(), "daemon")
+	script := `( setsid sh -c 'echo $$ > ` + daemonFile + `; exec sleep 600' & ); exec sleep 600`
+	pid, _, _, err := testReaper.ForkExec("/bin/sh", []string{"sh", "-c", script},
+		&syscall.ProcAttr{Env: shEnv, Files: devNullFiles(t), Sys: sys})
+	if err != nil {
+		scope.(*pgScope).aborted()
+		t.Fatal(err)
+	}
+	p.pinChild(pid)
+	daemon := readPidFile(t, daemonFile)
+	p.pin(daemon)
+	waitEscaped(t, daemon, true)
+	if _, err := other.Members(); err != nil { // a look, while the subject is not yet the scope's
+		t.Fatal(err)
+	}
+	scope.started(pid)
+	m := memberSet(t, scope)
+	if !m[pid] || !m[daemon] {
+		t.Fatalf("Members %v; want the subject %d and its daemon %d", m, pid, daemon)
+	}
+	// The other scope may list it as an orphan either could have made
+	// (unclaimed), not as its own.
+	slowTracker.mu.Lock()
+	_, taken := other.(*pgScope).known[daemon]
+	slowTracker.mu.Unlock()
+	if taken {
+		t.Fatalf("the other scope took the daemon %d for its own", daemon)
+	}
+}
+
 // A look finds adopted orphans in the children of the main thread (and of
 // the threads that forked live subjects). Here the subject is forked by a
 // thread other than the main one, and its double-forked

@@ -53,6 +53,12 @@ type Tracker struct {
 	self     int
 	reaper   *Reaper
 	scopes   map[*pgScope]struct{}
+	// pending are the scopes whose subject is being forked (prepare, not
+	// yet started): a look then can see the subject and what it made
+	// already, before the scope is there to hold them. Such a look is not
+	// remembered (an older complete look still is one), and its orphans
+	// can be a pending scope's.
+	pending map[*pgScope]struct{}
 	walk     bool          // look by following the process tree, not by reading all of /proc
 	kick     chan struct{} // a subject started: rescan at the short interval again
 
@@ -100,6 +106,7 @@ func NewTracker(ctx context.Context, reaper *Reaper, interval time.Duration) *Tr
 		self:      unix.Getpid(),
 		reaper:    reaper,
 		scopes:    make(map[*pgScope]struct{}),
+		pending:   make(map[*pgScope]struct{}),
 		unclaimed: make(map[Member][]*pgScope),
 		kick:      make(chan struct{}, 1),
 	}
@@ -246,8 +253,18 @@ func (s *pgScope) Mechanism() string { return ProcessGroup }
 
 func (s *pgScope) prepare(attr *syscall.SysProcAttr) error {
 	attr.Setsid = true
+	s.t.mu.Lock()
 	s.start = nowTicks()
+	s.t.pending[s] = struct{}{}
+	s.t.mu.Unlock()
 	return nil
+}
+
+// aborted says the fork that prepare prepared for failed: nothing runs.
+func (s *pgScope) aborted() {
+	s.t.mu.Lock()
+	delete(s.t.pending, s)
+	s.t.mu.Unlock()
 }
 
 func (s *pgScope) started(pid int) {
@@ -268,6 +285,7 @@ func (s *pgScope) started(pid int) {
 		delete(o.sids, pid)
 	}
 	s.live = true
+	delete(s.t.pending, s)
 	s.t.scopes[s] = struct{}{}
 	select {
 	case s.t.kick <- struct{}{}:
@@ -284,6 +302,7 @@ func (s *pgScope) Close() {
 	s.t.mu.Lock()
 	defer s.t.mu.Unlock()
 	delete(s.t.scopes, s)
+	delete(s.t.pending, s)
 	s.live = false
 	for m, from := range s.t.unclaimed {
 		if rest := slices.DeleteFunc(slices.Clone(from), func(o *pgScope) bool { return o == s }); len(rest) > 0 {
@@ -432,7 +451,7 @@ func (t *Tracker) refreshLocked() error {
 	began := nowTicks()
 	ran := t.runtimes(scopes)
 	table, whole, err := t.lookAt(scopes, true)
-	if table != nil && err == nil {
+	if table != nil && err == nil && len(t.pending) == 0 {
 		t.remember(table, scopes, began, whole)
 		t.ran = ran
 	}
@@ -665,6 +684,11 @@ func (t *Tracker) attribute(table map[int]procEntry, children map[int][]int, sco
 		}
 		var from []*pgScope
 		for _, s := range scopes {
+			if s.start <= e.start {
+				from = append(from, s)
+			}
+		}
+		for s := range t.pending {
 			if s.start <= e.start {
 				from = append(from, s)
 			}

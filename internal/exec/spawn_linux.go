@@ -116,6 +116,9 @@ func Start(r *Reaper, scope Scope, spec Spec) (*Subject, error) {
 		errW.Close()
 	}
 	if err != nil {
+		if a, ok := scope.(interface{ aborted() }); ok {
+			a.aborted()
+		}
 		outR.Close()
 		if errR != nil {
 			errR.Close()
