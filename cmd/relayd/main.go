@@ -162,6 +162,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		MaxConnections:  o.maxConnections,
 		MaxLineBytes:    int(o.maxLineBytes),
 		MaxStdoutBytes:  int(o.maxStdoutBytes),
+		MaxStderrBytes:  int(o.maxStderrBytes),
 		ArtifactsDir:    o.artifactsDir,
 		ArtifactLimit:   int64(o.artifactLimit),
 		SubjectUser:     subjectUser,

@@ -46,6 +46,7 @@ type Config struct {
 	MaxConnections  int           // listen mode: connections served at once
 	MaxLineBytes    int
 	MaxStdoutBytes  int
+	MaxStderrBytes  int                 // stderr returned with captureStderr (section 4.5)
 	ArtifactsDir    string              // "" for none
 	ArtifactLimit   int64               // bytes per stream and execution (--max-artifact-bytes); 0: DefaultArtifactLimit
 	SubjectUser     *syscall.Credential // subjects run as this user; nil: as relayd
