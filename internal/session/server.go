@@ -76,6 +76,7 @@ type Server struct {
 	drained    chan struct{}   // closed once stopping and nothing runs: sessions end
 	destroyCtx context.Context // cancelled by Destroy: settle no longer, kill
 	destroy    context.CancelFunc
+	detached   map[string]*execution // executions waiting for an attach (section 4.5), by name
 
 	sessions    sync.WaitGroup
 	conns       atomic.Int64 // open listen-mode connections
