@@ -319,3 +319,86 @@ func TestStreamControllerStopsReading(t *testing.T) {
 	}
 	d.stopClean()
 }
+
+// onExit (section 4.5): settle, settle-on-failure and leave, against
+// subjects whose services hide as in rule 6.5, in both mechanisms. The
+// reply stays exited with the real status; settlement and survivors say
+// what happened to the scope.
+func TestOnExit(t *testing.T) { eachScope(t, testOnExit) }
+
+func testOnExit(t *testing.T, mech string) {
+	d := startRelayd(t, opts{scope: mech, args: []string{"--term-grace", "200ms", "--teardown-timeout", "3s"}})
+	c := d.connect()
+
+	t.Run("settle: a setsid service that ignores TERM", func(t *testing.T) {
+		pid := d.pidFile("onexit-svc.pid")
+		r := c.sh(`(setsid sh -c 'trap "" TERM; echo $$ > `+q(pid)+`; while :; do sleep 0.05; done' &); sleep 0.1; echo done; exit 0`,
+			msg{"onExit": "settle"})
+		wantExit(t, r, "exited", 0)
+		if r["settlement"] != "settled" || len(survivorPids(t, r)) != 0 || r["stdout"] != "done\n" {
+			t.Fatalf("got %v; want settled, no survivors, stdout kept", r)
+		}
+		if svc := waitPid(t, pid); alive(svc) {
+			t.Fatalf("service %d outlived onExit settle", svc)
+		}
+	})
+
+	t.Run("settle-on-failure: a signal is a failure", func(t *testing.T) {
+		pid := d.pidFile("onexit-signal.pid")
+		r := c.sh(`sleep 300 & echo $! > `+q(pid)+`; kill -KILL $$`, msg{"onExit": "settle-on-failure"})
+		wantExit(t, r, "exited", 137)
+		if r["signal"] != "SIGKILL" || r["settlement"] != "settled" || len(survivorPids(t, r)) != 0 {
+			t.Fatalf("got %v; want SIGKILL, settled, no survivors", r)
+		}
+		if alive(waitPid(t, pid)) {
+			t.Fatal("the service of a failed subject survived")
+		}
+	})
+
+	t.Run("settle-on-failure: success leaves the service", func(t *testing.T) {
+		pid := d.pidFile("onexit-ok.pid")
+		r := c.sh(`sleep 300 & echo $! > `+q(pid)+`; exit 0`, msg{"onExit": "settle-on-failure"})
+		svc := waitPid(t, pid)
+		wantExit(t, r, "exited", 0)
+		if r["settlement"] != "none" || !contains(survivorPids(t, r), svc) || !alive(svc) {
+			t.Fatalf("got %v; want the service left alone and listed", r)
+		}
+		killPid(svc)
+	})
+
+	for _, trick := range []struct {
+		name string
+		prog string
+		args []string
+	}{
+		{"clone(CLONE_PARENT) and setsid", "cloneparent", []string{"setsid", "exit"}},
+		{"fork-and-exit chain with setsid", "chain", []string{"setsid"}},
+		{"eight fork-and-exit chains", "chain", []string{"setsid", "wide"}},
+	} {
+		t.Run("settle: "+trick.name, func(t *testing.T) {
+			prog := attack(t, trick.prog)
+			marker := "relayd-attack-" + newToken()
+			defer killMarked(t, marker, nil)
+			r := c.request(msg{"kind": "execute", "command": prog, "args": append([]string{marker, "30"}, trick.args...),
+				"onExit": "settle"})
+			wantExit(t, r, "exited", 0)
+			pids := pidsIn(fmt.Sprint(r["stdout"]))
+			switch r["settlement"] {
+			case "settled":
+				if left := markedAlive(marker, pids, 300*time.Millisecond); len(left) > 0 {
+					t.Fatalf("settled while %v of the hiding subject live", left)
+				}
+			case "destroyed", "failed": // no evidence in time: said so, never settled
+				t.Logf("%s: %v", trick.name, r["settlement"])
+			default:
+				t.Fatalf("settlement %v; want settled (or destroyed), never left alone", r["settlement"])
+			}
+			if len(survivorPids(t, r)) != 0 {
+				t.Fatalf("survivors %v after onExit settle", r["survivors"])
+			}
+		})
+	}
+	c.send(msg{"kind": "verify"})
+	c.read(10 * time.Second)
+	d.stop() // 0, or 1 when a hiding subject had to be destroyed
+}
