@@ -161,6 +161,29 @@ func testReattach(t *testing.T, mech string) {
 		}
 	})
 
+	t.Run("execute and half-close at once: started still comes, then attach", func(t *testing.T) {
+		pid := d.pidFile("halfclose.pid")
+		c := d.connect()
+		c.send(msg{"kind": "execute", "id": "hc", "command": "/bin/sh", "detachMs": 5000,
+			"args": []string{"-c", "echo $$ > " + q(pid) + "; sleep 0.5; echo ok"}})
+		if err := c.c.(*net.TCPConn).CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		name := c.started("hc")
+		if !c.closedByPeer(5 * time.Second) {
+			t.Fatal("relayd kept the half-closed connection open")
+		}
+		if !alive(waitPid(t, pid)) {
+			t.Fatal("the execution was settled at the end of the stream")
+		}
+		o := d.connect()
+		r := o.request(msg{"kind": "attach", "id": "hc2", "execution": name})
+		wantExit(t, r, "exited", 0)
+		if r["stdout"] != "ok\n" {
+			t.Fatalf("got %v", r)
+		}
+	})
+
 	t.Run("a stream ends at transport loss without detachMs", func(t *testing.T) {
 		pid := d.pidFile("undetachable.pid")
 		c := d.connect()

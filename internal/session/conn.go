@@ -120,6 +120,13 @@ func (cn *conn) loop() string {
 func (cn *conn) finish(reason string) string {
 	if cn.cur != nil && cn.cur.detachable() {
 		ex := cn.cur
+		// started is owed to this connection (a controller that sent
+		// execute and half-closed at once still gets the name it needs to
+		// attach): it goes out, best effort, before the execution leaves.
+		select {
+		case <-ex.announced:
+		case <-time.After(announceLimit):
+		}
 		cn.cur, cn.curID = nil, nil
 		ex.setOwner(nil, nil)
 		cn.srv.detach(ex, reason)

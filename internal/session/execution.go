@@ -48,6 +48,9 @@ type execution struct {
 	ownerID json.RawMessage
 
 	attached chan struct{} // while detached: closed when a connection takes it over (Server.attach)
+
+	announced    chan struct{} // closed once started was sent, or will never be (the subject did not start)
+	announceOnce sync.Once
 }
 
 func (ex *execution) stop(reason string) {
@@ -84,6 +87,8 @@ func (s *Server) startExecution(cn *conn, req *protocol.Execute, reqID json.RawM
 		done:    make(chan protocol.Executed, 1),
 		owner:   cn,
 		ownerID: reqID,
+
+		announced: make(chan struct{}),
 	}
 	ex.log = log.With().Str("execution", ex.id).Str("program", filepath.Base(req.Command)).Logger()
 	if req.Stream {
@@ -91,6 +96,7 @@ func (s *Server) startExecution(cn *conn, req *protocol.Execute, reqID json.RawM
 	}
 	go func() {
 		res := s.run(ex)
+		ex.announceOnce.Do(func() { close(ex.announced) }) // the subject never ran: no started
 		if ex.stream != nil {
 			ex.stream.close() // every output message goes before the reply
 		}
@@ -103,6 +109,7 @@ func (s *Server) startExecution(cn *conn, req *protocol.Execute, reqID json.RawM
 // announce sends the started message (section 4.5) once the subject runs,
 // and starts the live output after it.
 func (ex *execution) announce() {
+	defer ex.announceOnce.Do(func() { close(ex.announced) })
 	if !ex.req.Stream && ex.req.DetachMs == 0 {
 		return
 	}
@@ -113,6 +120,10 @@ func (ex *execution) announce() {
 		ex.stream.start()
 	}
 }
+
+// announceLimit bounds how long a connection that is going away waits for
+// its execution's started message to be written before it detaches it.
+const announceLimit = 5 * time.Second
 
 // output is the stdout capture of one execution, in one of the three modes
 // of protocol section 5. It is sealed once the capture is final, so that a
