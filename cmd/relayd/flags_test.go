@@ -43,6 +43,7 @@ var section9 = map[string]string{
 	"subject-user":     "",
 	"max-line-bytes":   "1048576", // 1MiB
 	"max-stdout-bytes": "1048576", // 1MiB
+	"max-stderr-bytes": "1048576", // 1MiB
 	"artifacts-dir":    "",
 	"state-dir":        "/run/relayd",
 	"scope":            "auto",
@@ -239,7 +240,7 @@ func TestFlagWinsOverTwin(t *testing.T) {
 		"token-file": "/flag/token", "workspace": "/flag/ws", "instruction-file": "/flag/task",
 		"term-grace": "1s", "teardown-timeout": "30s", "write-timeout": "7s",
 		"auth-timeout": "9s", "peer-timeout": "2m", "max-connections": "7", "subject-user": "nobody",
-		"max-line-bytes": "4096", "max-stdout-bytes": "12345", "artifacts-dir": "/flag/art", "state-dir": "/flag/state", "max-artifact-bytes": "1GiB",
+		"max-line-bytes": "4096", "max-stdout-bytes": "12345", "max-stderr-bytes": "54321", "artifacts-dir": "/flag/art", "state-dir": "/flag/state", "max-artifact-bytes": "1GiB",
 		"scope": "cgroup", "cgroup-root": "/flag/cg", "destroy-command": "true",
 		"log-format": "json", "log-level": "warn",
 	}
