@@ -484,3 +484,30 @@ func TestDialOutRedialWhileDetached(t *testing.T) {
 		}
 	})
 }
+
+// Rule 6.11: executions without a controller cannot pile up. With
+// --max-connections 2, two executions wait detached; the third transport
+// loss settles its execution at once.
+func TestDetachedBounded(t *testing.T) {
+	d := startRelayd(t, opts{args: []string{"--max-connections", "2"}})
+	var pids []int
+	for i := 0; i < 3; i++ {
+		name, pid := detachedSubject(t, d, `exec sleep 300`, msg{"detachMs": 60000})
+		pids = append(pids, pid)
+		if i < 2 {
+			waitFor(t, 5*time.Second, "relayd to detach "+name, func() bool { return detachedLogged(d, name) })
+		}
+	}
+	first, second, third := pids[0], pids[1], pids[2]
+	waitFor(t, 5*time.Second, "the third execution to be settled at its transport loss", func() bool { return !alive(third) })
+	if !alive(first) || !alive(second) {
+		t.Fatal("an execution within the bound was settled")
+	}
+	if !strings.Contains(d.logs.String(), "as many executions are detached as --max-connections allows") {
+		t.Errorf("relayd did not log why it settled the third: %s", d.logs.String())
+	}
+	d.stopClean()
+	if alive(first) || alive(second) {
+		t.Fatal("detached executions outlived the shutdown")
+	}
+}

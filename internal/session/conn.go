@@ -118,7 +118,7 @@ func (cn *conn) loop() string {
 // take it, is sent. One that asked for detachMs is detached instead (section
 // 4.5): it runs on, and another connection may attach to it.
 func (cn *conn) finish(reason string) string {
-	if cn.cur != nil && cn.cur.detachable() {
+	if cn.cur != nil && cn.cur.detachable() && !cn.srv.detachFull() {
 		ex := cn.cur
 		// started is owed to this connection (a controller that sent
 		// execute and half-closed at once still gets the name it needs to

@@ -12,6 +12,22 @@ import (
 // race between an attach, the end of detachMs, shutdown and a dial-out
 // verify: whoever removes the execution from s.detached owns it.
 
+// detachFull reports whether as many executions are detached as
+// connections may be open (--max-connections): one more is settled at its
+// transport loss instead (rule 6.4), so that executions cannot pile up
+// without a controller (rule 6.11).
+func (s *Server) detachFull() bool {
+	s.mu.Lock()
+	n := len(s.detached)
+	s.mu.Unlock()
+	if s.cfg.MaxConnections > 0 && n >= s.cfg.MaxConnections {
+		s.log.Warn().Int("detached", n).Int("maxConnections", s.cfg.MaxConnections).
+			Msg("as many executions are detached as --max-connections allows; this one is settled at its transport loss")
+		return true
+	}
+	return false
+}
+
 // detach keeps ex for an attach. reason is why its connection ended.
 func (s *Server) detach(ex *execution, reason string) {
 	s.mu.Lock()

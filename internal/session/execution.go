@@ -49,7 +49,7 @@ type execution struct {
 
 	attached chan struct{} // while detached: closed when a connection takes it over (Server.attach)
 
-	announced    chan struct{} // closed once started was sent, or will never be (the subject did not start)
+	announced    chan struct{} // with detachMs: closed once started was sent, or will never be (the subject did not start)
 	announceOnce sync.Once
 }
 
@@ -87,8 +87,9 @@ func (s *Server) startExecution(cn *conn, req *protocol.Execute, reqID json.RawM
 		done:    make(chan protocol.Executed, 1),
 		owner:   cn,
 		ownerID: reqID,
-
-		announced: make(chan struct{}),
+	}
+	if req.DetachMs > 0 {
+		ex.announced = make(chan struct{})
 	}
 	ex.log = log.With().Str("execution", ex.id).Str("program", filepath.Base(req.Command)).Logger()
 	if req.Stream {
@@ -96,7 +97,7 @@ func (s *Server) startExecution(cn *conn, req *protocol.Execute, reqID json.RawM
 	}
 	go func() {
 		res := s.run(ex)
-		ex.announceOnce.Do(func() { close(ex.announced) }) // the subject never ran: no started
+		ex.announceDone() // the subject never ran: no started
 		if ex.stream != nil {
 			ex.stream.close() // every output message goes before the reply
 		}
@@ -109,7 +110,7 @@ func (s *Server) startExecution(cn *conn, req *protocol.Execute, reqID json.RawM
 // announce sends the started message (section 4.5) once the subject runs,
 // and starts the live output after it.
 func (ex *execution) announce() {
-	defer ex.announceOnce.Do(func() { close(ex.announced) })
+	defer ex.announceDone()
 	if !ex.req.Stream && ex.req.DetachMs == 0 {
 		return
 	}
@@ -118,6 +119,12 @@ func (ex *execution) announce() {
 	}
 	if ex.stream != nil {
 		ex.stream.start()
+	}
+}
+
+func (ex *execution) announceDone() {
+	if ex.announced != nil {
+		ex.announceOnce.Do(func() { close(ex.announced) })
 	}
 }
 
