@@ -26,9 +26,12 @@ func errorCategory(r msg) string {
 }
 
 // detachedLogged reports whether relayd logged that it detached execution name.
-func detachedLogged(d *daemon, name string) bool {
+func detachedLogged(d *daemon, name string) bool { return logged(d, name, "execution detached") }
+
+// logged reports whether relayd logged a line about execution name holding text.
+func logged(d *daemon, name, text string) bool {
 	for _, line := range strings.Split(d.logs.String(), "\n") {
-		if strings.Contains(line, `"execution":"`+name+`"`) && strings.Contains(line, "execution detached") {
+		if strings.Contains(line, `"execution":"`+name+`"`) && strings.Contains(line, text) {
 			return true
 		}
 	}
@@ -68,14 +71,26 @@ func testReattach(t *testing.T, mech string) {
 	d := startRelayd(t, opts{scope: mech})
 
 	t.Run("runs on after transport loss; attach gets output from then on and the reply", func(t *testing.T) {
-		name, pid := detachedSubject(t, d, `sleep 0.3; echo early; sleep 0.8; echo late; sleep 0.2; exit 5`,
+		gate1, gate2 := filepath.Join(d.dir, "gate1-"+mech), filepath.Join(d.dir, "gate2-"+mech)
+		name, pid := detachedSubject(t, d, fmt.Sprintf(
+			`while [ ! -e %s ]; do sleep 0.02; done; echo early; while [ ! -e %s ]; do sleep 0.02; done; echo late; exit 5`, q(gate1), q(gate2)),
 			msg{"detachMs": 5000, "stream": true, "captureStderr": true})
-		time.Sleep(600 * time.Millisecond)
+		waitFor(t, 5*time.Second, "relayd to detach "+name, func() bool { return detachedLogged(d, name) })
+		// "early" is written while nobody is attached.
+		if err := os.WriteFile(gate1, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(400 * time.Millisecond) // several 50 ms flushes: "early" is counted as dropped
 		if !alive(pid) {
 			t.Fatal("a detachable execution was settled at transport loss")
 		}
 		c := d.connect()
 		c.send(msg{"kind": "attach", "id": "again", "execution": name})
+		waitFor(t, 5*time.Second, "relayd to attach "+name, func() bool { return logged(d, name, "execution attached") })
+		// "late" is written once attached.
+		if err := os.WriteFile(gate2, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
 		outputs, r := c.untilExecuted(10 * time.Second)
 		wantExit(t, r, "exited", 5)
 		if r["id"] != "again" || r["execution"] != name || r["stdout"] != "early\nlate\n" || r["settlement"] != "none" {
