@@ -313,8 +313,11 @@ func (cn *conn) attach(msg *protocol.Message) {
 // controller: every detached execution is ended as the running one is
 // (rule 6.2), and counts for this session's quiescence and survivors.
 func (cn *conn) settleDetached() {
-	for _, ex := range cn.srv.takeAllDetached() {
-		ex.stop("verify")
+	all := cn.srv.takeAllDetached()
+	for _, ex := range all {
+		ex.stop("verify") // all at once: settling them one by one would add up their deadlines
+	}
+	for _, ex := range all {
 		res := <-ex.done
 		if ex.kept != nil {
 			cn.kept = append(cn.kept, ex.kept)
