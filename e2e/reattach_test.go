@@ -84,6 +84,15 @@ func testReattach(t *testing.T, mech string) {
 		if !alive(pid) {
 			t.Fatal("a detachable execution was settled at transport loss")
 		}
+		// In listen mode verify concerns its own connection: another
+		// connection's verify leaves the detached execution alone.
+		bystander := d.connect()
+		if v := bystander.request(msg{"kind": "verify"}); v["kind"] != "verified" || !alive(pid) {
+			t.Fatalf("got %v (subject alive: %v); want verified, the detached execution untouched", v, alive(pid))
+		}
+		if r := bystander.request(msg{"kind": "ready"}); r["detached"] != nil {
+			t.Fatalf("listen-mode ready %v names detached executions; want only dial-out's to", r)
+		}
 		c := d.connect()
 		c.send(msg{"kind": "attach", "id": "again", "execution": name})
 		waitFor(t, 5*time.Second, "relayd to attach "+name, func() bool { return logged(d, name, "execution attached") })
