@@ -85,8 +85,8 @@ func (e *SpawnError) Unwrap() error { return e.Err }
 
 // Start starts spec in scope: in a new session, with stdin /dev/null,
 // stdout on a pipe that is drained at once, and stderr on a pipe that is
-// drained into spec.StderrCopy, or, when there is no copy to make, on
-// /dev/null: the bytes are dropped either way, and a pipe, its drain and
+// drained into spec.Stderr and spec.StderrCopy, or, when neither is
+// wanted, on /dev/null: the bytes are dropped either way, and a pipe, its drain and
 // its poller registration cost the round trip of every execute.
 func Start(r *Reaper, scope Scope, spec Spec) (*Subject, error) {
 	devnull, err := devNull()
