@@ -124,34 +124,44 @@ func (st *streamer) close() {
 
 // flush sends what each stream holds. Except at the end, an incomplete
 // UTF-8 sequence at the end is kept for the next message, so that a
-// character written in two pieces is not replaced.
+// character written in two pieces is not replaced. At the end, bytes
+// dropped after the last data go out in a message of their own.
 func (st *streamer) flush(final bool) {
 	for i := range st.bufs {
-		st.mu.Lock()
-		b := &st.bufs[i]
-		data, dropped := b.data, b.dropped
-		keep := 0
-		if !final && b.gap == 0 {
-			keep = incompleteTail(data)
+		for st.flushStream(i, final) && final {
 		}
-		next := append(b.spare[:0], data[len(data)-keep:]...)
-		data = data[:len(data)-keep]
-		b.data, b.spare = next, nil
-		b.dropped, b.gap = b.gap, 0
-		st.mu.Unlock()
-		if len(data) == 0 && dropped == 0 {
-			st.giveBack(i, data)
-			continue
-		}
-		if lost := st.send(i, data, dropped); lost > 0 {
-			// Nobody took it (detached, or the connection is gone): it
-			// counts as dropped in front of what comes next.
-			st.mu.Lock()
-			b.dropped += lost
-			st.mu.Unlock()
-		}
-		st.giveBack(i, data)
 	}
+}
+
+// flushStream sends what stream i holds, and reports whether it sent
+// something (and more may be left: the drops that followed it).
+func (st *streamer) flushStream(i int, final bool) bool {
+	st.mu.Lock()
+	b := &st.bufs[i]
+	data, dropped := b.data, b.dropped
+	keep := 0
+	if !final && b.gap == 0 {
+		keep = incompleteTail(data)
+	}
+	next := append(b.spare[:0], data[len(data)-keep:]...)
+	data = data[:len(data)-keep]
+	b.data, b.spare = next, nil
+	b.dropped, b.gap = b.gap, 0 // the bytes dropped after data: the next message's
+	st.mu.Unlock()
+	if len(data) == 0 && dropped == 0 {
+		st.giveBack(i, data)
+		return false
+	}
+	lost := st.send(i, data, dropped)
+	if lost > 0 {
+		// Nobody took it (detached, or the connection is gone): it
+		// counts as dropped in front of what comes next.
+		st.mu.Lock()
+		b.dropped += lost
+		st.mu.Unlock()
+	}
+	st.giveBack(i, data)
+	return lost == 0
 }
 
 func (st *streamer) giveBack(i int, buf []byte) {

@@ -113,3 +113,27 @@ func TestStreamerDetachedDrops(t *testing.T) {
 		t.Fatalf("got %+v; want one message, after, dropped 20", outs)
 	}
 }
+
+// Bytes dropped after the last data held at the end are reported in a
+// message of their own: the sum adds up even when nothing follows them.
+func TestStreamerReportsDropsAtTheEnd(t *testing.T) {
+	st, r := streamPair(t)
+	got := make(chan []protocol.Output, 1)
+	go readOutputs(r, got)
+	w := st.writer(0)
+	w.Write(make([]byte, streamPending)) // fills what is held
+	w.Write([]byte("0123456789"))        // dropped after it
+	st.flush(true)
+	st.ex.owner.c.Close()
+	var data, dropped int64
+	outs := <-got
+	for _, o := range outs {
+		data += int64(len(o.Data))
+		dropped += o.Dropped
+	}
+	last := outs[len(outs)-1]
+	if data != streamPending || dropped != 10 || last.Data != "" || last.Dropped != 10 {
+		t.Fatalf("delivered %d, dropped %d, last message of %d bytes with dropped %d; want %d, 10, an empty one carrying the 10",
+			data, dropped, len(last.Data), last.Dropped, streamPending)
+	}
+}
