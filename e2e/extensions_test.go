@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -230,59 +233,88 @@ func TestStreamOutput(t *testing.T) {
 	d.stopClean()
 }
 
+// plainRelayd is relayd built without the race detector, for tests that
+// measure relayd itself (built once).
+func plainRelayd(t *testing.T) string {
+	t.Helper()
+	plainOnce.Do(func() {
+		plainBin = filepath.Join(filepath.Dir(relaydBin), "relayd-plain")
+		cmd := exec.Command("go", "build", "-o", plainBin, "../cmd/relayd")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			plainErr = fmt.Errorf("building relayd without the race detector: %v: %s", err, out)
+		}
+	})
+	if plainErr != nil {
+		t.Fatal(plainErr)
+	}
+	return plainBin
+}
+
+var (
+	plainOnce sync.Once
+	plainBin  string
+	plainErr  error
+)
+
 // streamRSSLimit bounds relayd's peak memory while it streams.
 const streamRSSLimit = 64 << 20
 
 // (a) A subject writing 1 GB as fast as it can to a streamed execution
 // whose controller does not read while it runs is never blocked: its
 // duration is that of the same subject without streaming (best of three
-// each, measured in this test), relayd's peak memory stays under 64 MiB,
+// each, in turns, measured in this test), relayd's peak memory stays under 64 MiB,
 // and the bytes delivered plus the bytes reported dropped are all of them.
 func TestStreamNeverBlocksSubject(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes 1 GB six times")
 	}
-	d := startRelayd(t, opts{args: []string{"--write-timeout", "120s", "--max-stdout-bytes", "64KiB"}})
+	// A relayd without the race detector: this measures relayd's cost to
+	// its subject and its memory, not the detector's.
+	d := startRelayd(t, opts{bin: plainRelayd(t), args: []string{"--write-timeout", "120s", "--max-stdout-bytes", "64KiB"}})
 	const total = 1000000000
-	best := func(stream bool) int64 {
-		bestMs := int64(-1)
-		for i := 0; i < 3; i++ {
-			c := d.connect()
-			marker := d.pidFile(fmt.Sprintf("wrote-%v-%d", stream, i))
-			c.send(msg{"kind": "execute", "id": i, "command": "/bin/sh", "stream": stream,
-				"args": []string{"-c", fmt.Sprintf("head -c %d /dev/zero; : > %s", total, q(marker))}})
-			if stream {
-				// Not a byte read until the subject is done.
-				waitFor(t, 60*time.Second, "the subject to write 1 GB", func() bool { _, err := os.Stat(marker); return err == nil })
-				c.started(i)
-			}
-			outputs, r := c.untilExecuted(60 * time.Second)
-			wantExit(t, r, "exited", 0)
-			if stream {
-				data, dropped := streamed(t, outputs, "stdout")
-				if int64(len(data))+dropped != total {
-					t.Fatalf("delivered %d + dropped %d = %d; want %d", len(data), dropped, int64(len(data))+dropped, total)
-				}
-				t.Logf("streamed run %d: %d bytes delivered in %d messages, %d dropped", i, len(data), len(outputs), dropped)
-			}
-			ms := num(t, r, "durationMs")
-			if bestMs < 0 || ms < bestMs {
-				bestMs = ms
-			}
-			c.c.Close()
+	// run returns the subject's duration. Streamed, the controller reads
+	// nothing until the subject is done: that it finishes at all shows
+	// it was never blocked; its duration shows it was not slowed.
+	run := func(i int, stream bool) int64 {
+		c := d.connect()
+		marker := d.pidFile(fmt.Sprintf("wrote-%v-%d", stream, i))
+		c.send(msg{"kind": "execute", "id": i, "command": "/bin/sh", "stream": stream,
+			"args": []string{"-c", fmt.Sprintf("head -c %d /dev/zero; : > %s", total, q(marker))}})
+		if stream {
+			waitFor(t, 60*time.Second, "the subject to write 1 GB", func() bool { _, err := os.Stat(marker); return err == nil })
+			c.started(i)
 		}
-		return bestMs
+		outputs, r := c.untilExecuted(60 * time.Second)
+		wantExit(t, r, "exited", 0)
+		if stream {
+			data, dropped := streamed(t, outputs, "stdout")
+			if int64(len(data))+dropped != total {
+				t.Fatalf("delivered %d + dropped %d = %d; want %d", len(data), dropped, int64(len(data))+dropped, total)
+			}
+			t.Logf("streamed run %d: %d bytes delivered in %d messages, %d dropped", i, len(data), len(outputs), dropped)
+		}
+		c.c.Close()
+		return num(t, r, "durationMs")
 	}
-	plain := best(false)
-	live := best(true)
-	t.Logf("1 GB: best of 3 without streaming %d ms, streamed to a controller that does not read %d ms", plain, live)
+	// Plain and streamed runs take turns, and the best of each counts, so
+	// that a load that comes and goes on a shared machine weighs on both.
+	plain, live := int64(-1), int64(-1)
+	for i := 0; i < 4; i++ {
+		if ms := run(i, false); plain < 0 || ms < plain {
+			plain = ms
+		}
+		if ms := run(i, true); live < 0 || ms < live {
+			live = ms
+		}
+	}
+	t.Logf("1 GB: best of 4 without streaming %d ms, streamed to a controller that does not read %d ms", plain, live)
 	if float64(live) > 1.2*float64(plain)+50 {
 		t.Errorf("streamed subject took %d ms, plain %d ms: more than 20%% slower, the subject was held back", live, plain)
 	}
 	rss := peakRSS(t, d.cmd.Process.Pid)
 	t.Logf("relayd's peak RSS: %.1f MiB", float64(rss)/(1<<20))
-	if rss > rssLimit(streamRSSLimit) {
-		t.Errorf("relayd's peak RSS %d MiB; want under %d MiB", rss>>20, rssLimit(streamRSSLimit)>>20)
+	if rss > streamRSSLimit {
+		t.Errorf("relayd's peak RSS %d MiB; want under %d MiB", rss>>20, streamRSSLimit>>20)
 	}
 	d.stopClean()
 }
