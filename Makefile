@@ -92,7 +92,7 @@ $(error make conformance: python3 not found; the conformance suite is a Python 3
 endif
 endif
 conformance: build
-	python3 $(SHARED)/conformance/run.py --relayd $(BIN)
+	python3 $(SHARED)/conformance/run.py --relayd $(BIN) --extensions
 
 ## bench: the benchmark suite against bin/relayd (about 8 minutes): a table on stdout, the figures in
 ## bench/results.json. Without sshd the ssh comparison is skipped, saying so; BENCH_INSTALL_SSH=1 opts in to

@@ -27,6 +27,7 @@ type options struct {
 	maxConnections  int
 	maxLineBytes    byteSize
 	maxStdoutBytes  byteSize
+	maxStderrBytes  byteSize
 	artifactsDir    string
 	stateDir        string
 	stateDirGiven   bool     // --state-dir or its twin was set: a directory that cannot be used is an error, not a warning
@@ -53,6 +54,7 @@ func defaultOptions() options {
 		maxConnections:  1024,
 		maxLineBytes:    1 << 20,
 		maxStdoutBytes:  1 << 20,
+		maxStderrBytes:  1 << 20,
 		stateDir:        "/run/relayd",
 		artifactLimit:   64 << 20,
 		scope:           "auto",
@@ -92,6 +94,7 @@ func parseFlags(args []string, getenv func(string) string) (options, *pflag.Flag
 	fs.IntVar(&o.maxConnections, "max-connections", o.maxConnections, "most controller connections open at once; one more is answered with a busy error and closed")
 	fs.Var(&o.maxLineBytes, "max-line-bytes", "longest accepted message line (e.g. 1MiB, 65536)")
 	fs.Var(&o.maxStdoutBytes, "max-stdout-bytes", "raw-mode stdout returned per execution")
+	fs.Var(&o.maxStderrBytes, "max-stderr-bytes", "stderr returned per execution that asks for it (captureStderr)")
 	fs.StringVar(&o.artifactsDir, "artifacts-dir", o.artifactsDir, "directory for each execution's complete stdout and stderr")
 	fs.StringVar(&o.stateDir, "state-dir", o.stateDir, "directory where relayd records its running process-group scopes, so that a relayd started after this one is killed settles what it left running")
 	fs.Var(&o.artifactLimit, "max-artifact-bytes", "most bytes of one stream kept in --artifacts-dir per execution; past it the artifact stops growing and the rest is drained and dropped")
@@ -166,6 +169,8 @@ func (o options) validate() error {
 		return bad("max-line-bytes", "--max-line-bytes must be at least 1KiB, got %d", o.maxLineBytes)
 	case o.maxStdoutBytes < 1:
 		return bad("max-stdout-bytes", "--max-stdout-bytes must be at least 1, got %d", o.maxStdoutBytes)
+	case o.maxStderrBytes < 1:
+		return bad("max-stderr-bytes", "--max-stderr-bytes must be at least 1, got %d", o.maxStderrBytes)
 	case o.stateDir == "":
 		return bad("state-dir", "--state-dir must name a directory")
 	case o.artifactLimit < 1:

@@ -43,6 +43,7 @@ var section9 = map[string]string{
 	"subject-user":     "",
 	"max-line-bytes":   "1048576", // 1MiB
 	"max-stdout-bytes": "1048576", // 1MiB
+	"max-stderr-bytes": "1048576", // 1MiB
 	"artifacts-dir":    "",
 	"state-dir":        "/run/relayd",
 	"scope":            "auto",
@@ -68,6 +69,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 		maxConnections:  1024,             // likewise
 		maxLineBytes:    1 << 20,
 		maxStdoutBytes:  1 << 20,
+		maxStderrBytes:  1 << 20,
 		stateDir:        "/run/relayd",
 		artifactLimit:   64 << 20,
 		scope:           "auto",
@@ -126,6 +128,7 @@ var twinCases = map[string]twinCase{
 	"subject-user":     {"agent", func(o options) bool { return o.subjectUser == "agent" }, ""},
 	"max-line-bytes":   {"64KiB", func(o options) bool { return o.maxLineBytes == 64<<10 }, "lots"},
 	"max-stdout-bytes": {"2MiB", func(o options) bool { return o.maxStdoutBytes == 2<<20 }, "1TB"},
+	"max-stderr-bytes": {"3KiB", func(o options) bool { return o.maxStderrBytes == 3<<10 }, "1TB"},
 	"artifacts-dir":    {"/artifacts", func(o options) bool { return o.artifactsDir == "/artifacts" }, ""},
 	"state-dir":        {"/srv/state", func(o options) bool { return o.stateDir == "/srv/state" && o.stateDirGiven }, ""},
 	"scope":            {"process-group", func(o options) bool { return o.scope == "process-group" }, ""},
@@ -237,7 +240,7 @@ func TestFlagWinsOverTwin(t *testing.T) {
 		"token-file": "/flag/token", "workspace": "/flag/ws", "instruction-file": "/flag/task",
 		"term-grace": "1s", "teardown-timeout": "30s", "write-timeout": "7s",
 		"auth-timeout": "9s", "peer-timeout": "2m", "max-connections": "7", "subject-user": "nobody",
-		"max-line-bytes": "4096", "max-stdout-bytes": "12345", "artifacts-dir": "/flag/art", "state-dir": "/flag/state", "max-artifact-bytes": "1GiB",
+		"max-line-bytes": "4096", "max-stdout-bytes": "12345", "max-stderr-bytes": "54321", "artifacts-dir": "/flag/art", "state-dir": "/flag/state", "max-artifact-bytes": "1GiB",
 		"scope": "cgroup", "cgroup-root": "/flag/cg", "destroy-command": "true",
 		"log-format": "json", "log-level": "warn",
 	}
@@ -435,6 +438,7 @@ func TestValidate(t *testing.T) {
 		{"tiny line limit", func(o *options) { o.maxLineBytes = 1023 }, []string{"--max-line-bytes"}},
 		{"line limit 1KiB", func(o *options) { o.maxLineBytes = 1024 }, nil},
 		{"no stdout", func(o *options) { o.maxStdoutBytes = 0 }, []string{"--max-stdout-bytes"}},
+		{"no stderr", func(o *options) { o.maxStderrBytes = 0 }, []string{"--max-stderr-bytes"}},
 		{"no artifact", func(o *options) { o.artifactLimit = 0 }, []string{"--max-artifact-bytes"}},
 		{"one-byte artifacts", func(o *options) { o.artifactLimit = 1 }, nil},
 		{"scope process-group", func(o *options) { o.scope = "process-group" }, nil},

@@ -162,6 +162,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		MaxConnections:  o.maxConnections,
 		MaxLineBytes:    int(o.maxLineBytes),
 		MaxStdoutBytes:  int(o.maxStdoutBytes),
+		MaxStderrBytes:  int(o.maxStderrBytes),
 		ArtifactsDir:    o.artifactsDir,
 		ArtifactLimit:   int64(o.artifactLimit),
 		SubjectUser:     subjectUser,
@@ -212,31 +213,27 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 }
 
 // dialOut calls the controller, retrying with backoff, serves that one
-// session, and reports how it ended.
+// session, and reports how it ended. While an execution of a lost session
+// waits for an attach (detachMs, protocol section 4.5), it calls the
+// controller again, for as long as one is detached.
 func dialOut(ctx context.Context, o options, srv *session.Server, log zerolog.Logger, stopped <-chan struct{}) error {
-	deadline := time.Now().Add(o.connectTimeout)
-	backoff := 50 * time.Millisecond
-	var conn net.Conn
-	for {
-		d := net.Dialer{Timeout: time.Until(deadline)}
-		c, err := d.DialContext(ctx, "tcp", o.connect)
-		if err == nil {
-			conn = c
-			break
-		}
-		if time.Now().Add(backoff).After(deadline) {
-			return &exitError{exitUsage, fmt.Errorf("--connect %s: no controller answered within %s: %v", o.connect, o.connectTimeout, err)}
-		}
-		log.Debug().Err(err).Dur("retryIn", backoff).Msg("controller not reachable yet")
-		select {
-		case <-time.After(backoff):
-		case <-stopped:
-			return &exitError{exitUsage, errors.New("shut down before reaching the controller: nothing ran")}
-		}
-		backoff = min(backoff*2, 2*time.Second)
+	conn, err := dial(ctx, o, log, stopped, time.Now().Add(o.connectTimeout), nil)
+	if err != nil {
+		return &exitError{exitUsage, err}
 	}
 	log.Info().Str("addr", o.connect).Str("version", version).Msg("connected to controller")
 	verified := srv.ServeOne(conn)
+	for !verified && srv.HasDetached() {
+		log.Info().Str("addr", o.connect).Msg("session lost with an execution detached; calling the controller again")
+		conn, err := dial(ctx, o, log, stopped, time.Time{}, srv.HasDetached)
+		if err != nil {
+			log.Warn().Err(err).Msg("no controller came back for the detached executions")
+			break
+		}
+		log.Info().Str("addr", o.connect).Msg("connected to controller again")
+		verified = srv.ServeOne(conn)
+	}
+	srv.Wait() // detached executions nobody took are settled first
 	switch {
 	case !srv.Confirmed():
 		log.Error().Msg("exiting: some settlement could not be confirmed")
@@ -247,6 +244,39 @@ func dialOut(ctx context.Context, o options, srv *session.Server, log zerolog.Lo
 	}
 	log.Info().Msg("exiting: session verified")
 	return nil
+}
+
+// dial calls the controller with backoff until deadline (when not zero)
+// or, when while is set, for as long as it reports true.
+func dial(ctx context.Context, o options, log zerolog.Logger, stopped <-chan struct{}, deadline time.Time, while func() bool) (net.Conn, error) {
+	backoff := 50 * time.Millisecond
+	for {
+		d := net.Dialer{Timeout: 2 * time.Second}
+		if !deadline.IsZero() {
+			d.Timeout = time.Until(deadline)
+		}
+		c, err := d.DialContext(ctx, "tcp", o.connect)
+		if err == nil {
+			return c, nil
+		}
+		if !deadline.IsZero() && time.Now().Add(backoff).After(deadline) {
+			return nil, fmt.Errorf("--connect %s: no controller answered within %s: %v", o.connect, o.connectTimeout, err)
+		}
+		log.Debug().Err(err).Dur("retryIn", backoff).Msg("controller not reachable yet")
+		select {
+		case <-time.After(backoff):
+		case <-stopped:
+			return nil, errors.New("shut down before reaching the controller: nothing ran")
+		}
+		if while != nil && !while() {
+			return nil, fmt.Errorf("--connect %s: unreachable until no execution was detached any more: %v", o.connect, err)
+		}
+		limit := 2 * time.Second
+		if while != nil {
+			limit = 250 * time.Millisecond // a detached execution's time runs
+		}
+		backoff = min(backoff*2, limit)
+	}
 }
 
 // loadToken reads the token from file, else from RELAYD_TOKEN. Surrounding

@@ -119,6 +119,12 @@ func (d *drain) endCapture() {
 // cut ends the capture: what the pipe delivered so far plus what is waiting
 // in it now. It returns once the capture is final, or after limit.
 func (d *drain) cut(limit time.Duration) {
+	d.startCut()
+	d.waitCut(limit)
+}
+
+// startCut asks for the end of the capture without waiting for it.
+func (d *drain) startCut() {
 	d.cutOnce.Do(func() {
 		close(d.cutReq)
 		select {
@@ -127,12 +133,19 @@ func (d *drain) cut(limit time.Duration) {
 			_ = d.f.SetReadDeadline(time.Unix(1, 0))
 		}
 	})
+}
+
+// waitCut waits at most limit for the capture to be final.
+func (d *drain) waitCut(limit time.Duration) {
 	select {
 	case <-d.cutDone:
 		return
 	case <-d.eof:
 		return
 	default:
+	}
+	if limit <= 0 {
+		return
 	}
 	t := time.NewTimer(limit)
 	defer t.Stop()

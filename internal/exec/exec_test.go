@@ -730,6 +730,38 @@ func TestStderrTarget(t *testing.T) {
 	}
 }
 
+// Spec.Stderr captures stderr like Stdout, and CutStdout ends both
+// captures: what a background child writes to stderr later is copied,
+// never captured, and the cut does not wait for it.
+func TestStderrCaptureCutWithStdout(t *testing.T) {
+	p := newPins(t)
+	gate, release := fifo(t)
+	defer release()
+	pidFile := filepath.Join(t.TempDir(), "bg.pid")
+	out, errOut, errCopy := newBuffer(), newBuffer(), newBuffer()
+	s := startSh(t, p, nil, `echo a; echo e1 >&2; ( read x < "$GATE"; echo late >&2 ) & echo $! > "$PIDFILE"`, Spec{
+		Stdout: out, Stderr: errOut, StderrCopy: errCopy,
+		Env: append(slices.Clone(shEnv), "GATE="+gate, "PIDFILE="+pidFile)})
+	if st := waitExit(t, s); st.ExitCode() != 0 {
+		t.Fatalf("status %+v", st)
+	}
+	bg := readPidFile(t, pidFile)
+	p.pin(bg)
+	began := time.Now()
+	s.CutStdout(10 * time.Second)
+	if took := time.Since(began); took > 5*time.Second {
+		t.Fatalf("CutStdout took %s while a background child held stderr; want it prompt", took)
+	}
+	if out.String() != "a\n" || errOut.String() != "e1\n" {
+		t.Fatalf("captures %q, %q; want a, e1", out.String(), errOut.String())
+	}
+	release()
+	waitClosed(t, errCopy.closed, "the stderr copy to reach EOF")
+	if errCopy.String() != "e1\nlate\n" || errOut.String() != "e1\n" {
+		t.Fatalf("stderr copy %q, capture %q; want the late line in the copy only", errCopy.String(), errOut.String())
+	}
+}
+
 // openFDs counts the test process's open descriptors.
 func openFDs(t *testing.T) int {
 	t.Helper()

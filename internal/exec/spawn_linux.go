@@ -21,6 +21,7 @@ type Spec struct {
 	Dir        string
 	Stdout     io.Writer      // captures stdout until the subject exits; nil drops it
 	StdoutCopy io.WriteCloser // complete copy of stdout, closed at EOF; may be nil
+	Stderr     io.Writer      // captures stderr until the subject exits, like Stdout; nil drops it
 	StderrCopy io.WriteCloser // complete copy of stderr, closed at EOF; may be nil
 	// Credential, when set, runs the subject as another user: uid, gid and
 	// supplementary groups are switched before exec.
@@ -35,16 +36,29 @@ type Subject struct {
 	exited  <-chan Status
 	stdout  *drain
 	stderr  *drain // nil when stderr is /dev/null
+	// stderrCut says whether CutStdout cuts stderr's capture too.
+	stderrCut bool
 }
 
 // Exited receives the subject's status once, when the reaper collects it.
 func (s *Subject) Exited() <-chan Status { return s.exited }
 
-// CutStdout ends the stdout capture: every byte delivered so far plus what
-// is already waiting in the pipe. Call it once the subject has exited (or
-// been stopped); it waits at most limit. Output that survivors write later is
-// still drained (and copied), never captured.
-func (s *Subject) CutStdout(limit time.Duration) { s.stdout.cut(limit) }
+// CutStdout ends the stdout capture (and stderr's, when Spec.Stderr was
+// given): every byte delivered so far plus what is already waiting in the
+// pipe. Call it once the subject has exited (or been stopped); it waits at
+// most limit. Output that survivors write later is still drained (and
+// copied), never captured.
+func (s *Subject) CutStdout(limit time.Duration) {
+	if !s.stderrCut {
+		s.stdout.cut(limit)
+		return
+	}
+	deadline := time.Now().Add(limit)
+	s.stdout.startCut()
+	s.stderr.startCut()
+	s.stdout.waitCut(time.Until(deadline))
+	s.stderr.waitCut(time.Until(deadline))
+}
 
 // OutputClosed is closed once both output pipes reached EOF: no process
 // holds them any more.
@@ -71,8 +85,8 @@ func (e *SpawnError) Unwrap() error { return e.Err }
 
 // Start starts spec in scope: in a new session, with stdin /dev/null,
 // stdout on a pipe that is drained at once, and stderr on a pipe that is
-// drained into spec.StderrCopy, or, when there is no copy to make, on
-// /dev/null: the bytes are dropped either way, and a pipe, its drain and
+// drained into spec.Stderr and spec.StderrCopy, or, when neither is
+// wanted, on /dev/null: the bytes are dropped either way, and a pipe, its drain and
 // its poller registration cost the round trip of every execute.
 func Start(r *Reaper, scope Scope, spec Spec) (*Subject, error) {
 	devnull, err := devNull()
@@ -91,7 +105,7 @@ func Start(r *Reaper, scope Scope, spec Spec) (*Subject, error) {
 	}
 	stderr := devnull.w
 	var errR, errW *os.File
-	if spec.StderrCopy != nil {
+	if spec.StderrCopy != nil || spec.Stderr != nil {
 		if errR, errW, err = pipe(0); err != nil {
 			closeAll()
 			return nil, &SpawnError{Err: err, Stage: "stderr pipe"}
@@ -141,7 +155,8 @@ func Start(r *Reaper, scope Scope, spec Spec) (*Subject, error) {
 		stdout:  newDrain(outR, spec.Stdout, spec.StdoutCopy),
 	}
 	if errR != nil {
-		subj.stderr = newDrain(errR, nil, spec.StderrCopy)
+		subj.stderr = newDrain(errR, spec.Stderr, spec.StderrCopy)
+		subj.stderrCut = spec.Stderr != nil
 	}
 	return subj, nil
 }

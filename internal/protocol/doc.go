@@ -34,6 +34,7 @@ const (
 	CatUnknownKind     = "unknown-kind"
 	CatBusy            = "busy"
 	CatShuttingDown    = "shutting-down"
+	CatNotFound        = "not-found" // attach: no such detached execution (section 4.5)
 )
 
 // Diagnostic categories (sections 4.2 and 5).

@@ -30,7 +30,21 @@ type Execute struct {
 	CaptureStdout bool              // true when absent
 	Cwd           string            // "" when absent
 	TimeoutMs     int64             // 0 when absent
+
+	// The extensions of section 4.5.
+	CaptureStderr bool   // false when absent
+	Stream        bool   // false when absent
+	OnExit        string // OnExitLeave when absent
+	DetachMs      int64  // 0 when absent
 }
+
+// The values of onExit (section 4.5): what happens to the scope of a
+// subject that exited by itself.
+const (
+	OnExitLeave           = "leave"             // rule 6.1
+	OnExitSettle          = "settle"            // settle it whatever the status
+	OnExitSettleOnFailure = "settle-on-failure" // settle it after a non-zero status or a signal
+)
 
 // Execute validates m as an execute request; it does not look at m.Kind.
 // Every failure is an *Error of category CatBadRequest whose message starts
@@ -42,14 +56,16 @@ type Execute struct {
 //
 // The rules, checked field by field in the order of section 4.2's table
 // (command, args, environment, credentials, resultToken, captureStdout, cwd,
-// timeoutMs), the first failure being reported: command is a non-empty
+// timeoutMs, then section 4.5's captureStderr, stream, onExit, detachMs),
+// the first failure being reported: command is a non-empty
 // string; args is an array of strings; environment and credentials are
 // objects of strings whose names match [A-Za-z_][A-Za-z0-9_]*, taken in
 // sorted order, that share no name and do not set MAKA_EVAL_RESULT_TOKEN;
 // resultToken is exactly 32 lower-case hex digits; captureStdout is a
 // boolean; cwd is a string; timeoutMs is a JSON number that is an exact
-// integer from 1 to 9223372036854 (1000, 1e3 and 1000.0 are all 1000); no
-// string holds a NUL byte. A null optional field counts as absent; unknown
+// integer from 1 to 9223372036854 (1000, 1e3 and 1000.0 are all 1000);
+// captureStderr and stream are booleans; onExit is one of the OnExit
+// values; detachMs is read like timeoutMs; no string holds a NUL byte. A null optional field counts as absent; unknown
 // fields are ignored. Messages name fields and variables but never quote a
 // value.
 func (m *Message) Execute() (*Execute, *Error) {
@@ -58,6 +74,7 @@ func (m *Message) Execute() (*Execute, *Error) {
 		Environment:   map[string]string{},
 		Credentials:   map[string]string{},
 		CaptureStdout: true,
+		OnExit:        OnExitLeave,
 	}
 	var ok bool
 
@@ -124,20 +141,84 @@ func (m *Message) Execute() (*Execute, *Error) {
 	}
 
 	// timeoutMs
-	if raw, present := m.optional("timeoutMs"); present {
-		if jsonKind(raw) != kindNumber {
-			return nil, badExecute(`"timeoutMs" must be an integer of at least 1`)
-		}
-		switch v, verdict := parseTimeoutMs(strings.TrimSpace(string(raw))); verdict {
-		case timeoutOK:
-			x.TimeoutMs = v
-		case timeoutTooBig:
-			return nil, badExecute(`"timeoutMs" must be at most %d (the longest duration relayd can wait)`, int64(maxTimeoutMs))
+	if x.TimeoutMs, e = m.milliseconds("timeoutMs"); e != nil {
+		return nil, e
+	}
+
+	// captureStderr, stream
+	if x.CaptureStderr, e = m.boolField("captureStderr", false); e != nil {
+		return nil, e
+	}
+	if x.Stream, e = m.boolField("stream", false); e != nil {
+		return nil, e
+	}
+
+	// onExit
+	if raw, present := m.optional("onExit"); present {
+		s, _ := decodeString(raw)
+		switch s {
+		case OnExitLeave, OnExitSettle, OnExitSettleOnFailure:
+			x.OnExit = s
 		default:
-			return nil, badExecute(`"timeoutMs" must be an integer of at least 1`)
+			return nil, badExecute(`"onExit" must be %q, %q or %q`, OnExitLeave, OnExitSettle, OnExitSettleOnFailure)
 		}
 	}
+
+	// detachMs
+	if x.DetachMs, e = m.milliseconds("detachMs"); e != nil {
+		return nil, e
+	}
 	return x, nil
+}
+
+// boolField reads the optional boolean field name; def when absent.
+func (m *Message) boolField(name string, def bool) (bool, *Error) {
+	raw, present := m.optional(name)
+	if !present {
+		return def, nil
+	}
+	v := def
+	if jsonKind(raw) != kindBool || json.Unmarshal(raw, &v) != nil {
+		return def, badExecute(`%q must be true or false`, name)
+	}
+	return v, nil
+}
+
+// milliseconds reads the optional field name (timeoutMs, detachMs): an
+// integer from 1 to maxTimeoutMs; 0 when absent.
+func (m *Message) milliseconds(name string) (int64, *Error) {
+	raw, present := m.optional(name)
+	if !present {
+		return 0, nil
+	}
+	if jsonKind(raw) != kindNumber {
+		return 0, badExecute(`%q must be an integer of at least 1`, name)
+	}
+	switch v, verdict := parseTimeoutMs(strings.TrimSpace(string(raw))); verdict {
+	case timeoutOK:
+		return v, nil
+	case timeoutTooBig:
+		return 0, badExecute(`%q must be at most %d (the longest duration relayd can wait)`, name, int64(maxTimeoutMs))
+	default:
+		return 0, badExecute(`%q must be an integer of at least 1`, name)
+	}
+}
+
+// MaxExecutionName bounds the "execution" of an attach; relayd's own names
+// ("x-" and a number) are far shorter.
+const MaxExecutionName = 64
+
+// Attach validates m as an attach request (section 4.5) and returns the
+// name of the execution to take over; it does not look at m.Kind. A failure
+// is an *Error of category CatBadRequest that names the field, never its
+// value.
+func (m *Message) Attach() (string, *Error) {
+	name, ok := m.stringField("execution")
+	if !ok || name == "" || len(name) > MaxExecutionName {
+		return "", newError(CatBadRequest,
+			`attach: "execution" must be a non-empty string of at most %d bytes: the execution named by a started or executed message`, MaxExecutionName)
+	}
+	return name, nil
 }
 
 func badExecute(format string, args ...any) *Error {

@@ -66,9 +66,28 @@ func TestExecuteValid(t *testing.T) {
 			line: `{"command":"x","future":[1,{"a":null}],"Command":5}`,
 			want: Execute{Command: "x", Args: []string{}, Environment: map[string]string{}, Credentials: map[string]string{}, CaptureStdout: true},
 		},
+		{
+			name: "extensions of section 4.5",
+			line: `{"command":"x","captureStderr":true,"stream":true,"onExit":"settle-on-failure","detachMs":1e4}`,
+			want: Execute{Command: "x", Args: []string{}, Environment: map[string]string{}, Credentials: map[string]string{}, CaptureStdout: true,
+				CaptureStderr: true, Stream: true, OnExit: OnExitSettleOnFailure, DetachMs: 10000},
+		},
+		{
+			name: "extensions null or false",
+			line: `{"command":"x","captureStderr":false,"stream":null,"onExit":null,"detachMs":null}`,
+			want: Execute{Command: "x", Args: []string{}, Environment: map[string]string{}, Credentials: map[string]string{}, CaptureStdout: true},
+		},
+		{
+			name: "onExit settle",
+			line: `{"command":"x","onExit":"settle"}`,
+			want: Execute{Command: "x", Args: []string{}, Environment: map[string]string{}, Credentials: map[string]string{}, CaptureStdout: true, OnExit: OnExitSettle},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.want.OnExit == "" {
+				tt.want.OnExit = OnExitLeave
+			}
 			got, e := decodeExecute(t, tt.line)
 			if e != nil {
 				t.Fatalf("Execute: got error %v; want none", e)
@@ -142,6 +161,19 @@ func TestExecuteInvalid(t *testing.T) {
 		line string
 		want string
 	}{
+		// the extensions of section 4.5, after every field of 4.2
+		{"captureStderr string", `{"command":"x","captureStderr":"yes"}`, `execute: "captureStderr" must be true or false`},
+		{"stream number", `{"command":"x","stream":1}`, `execute: "stream" must be true or false`},
+		{"onExit unknown", `{"command":"x","onExit":"kill-everything"}`, `execute: "onExit" must be "leave", "settle" or "settle-on-failure"`},
+		{"onExit case", `{"command":"x","onExit":"Settle"}`, `execute: "onExit" must be "leave", "settle" or "settle-on-failure"`},
+		{"onExit number", `{"command":"x","onExit":2}`, `execute: "onExit" must be "leave", "settle" or "settle-on-failure"`},
+		{"detachMs zero", `{"command":"x","detachMs":0}`, `execute: "detachMs" must be an integer of at least 1`},
+		{"detachMs negative", `{"command":"x","detachMs":-5}`, `execute: "detachMs" must be an integer of at least 1`},
+		{"detachMs fraction", `{"command":"x","detachMs":1.5}`, `execute: "detachMs" must be an integer of at least 1`},
+		{"detachMs string", `{"command":"x","detachMs":"5000"}`, `execute: "detachMs" must be an integer of at least 1`},
+		{"detachMs huge", `{"command":"x","detachMs":1e20}`, `execute: "detachMs" must be at most 9223372036854 (the longest duration relayd can wait)`},
+		{"timeoutMs before detachMs", `{"command":"x","detachMs":0,"timeoutMs":0}`, `execute: "timeoutMs" must be an integer of at least 1`},
+
 		// command
 		{"command absent", `{"kind":"execute"}`, `execute: "command" must be a non-empty string`},
 		{"command null", `{"command":null}`, `execute: "command" must be a non-empty string`},
@@ -276,5 +308,30 @@ func TestExecuteIgnoresBadIDAndKind(t *testing.T) {
 	}
 	if _, e := m.Execute(); e != nil {
 		t.Errorf("Execute: got %v; want none (Execute looks at execute's fields only)", e)
+	}
+}
+
+func TestAttach(t *testing.T) {
+	tests := []struct {
+		line, want, wantErr string
+	}{
+		{line: `{"kind":"attach","execution":"x-1"}`, want: "x-1"},
+		{line: `{"kind":"attach"}`, wantErr: `attach: "execution" must be`},
+		{line: `{"kind":"attach","execution":""}`, wantErr: `attach: "execution" must be`},
+		{line: `{"kind":"attach","execution":7}`, wantErr: `attach: "execution" must be`},
+		{line: `{"kind":"attach","execution":"` + strings.Repeat("x", MaxExecutionName+1) + `"}`, wantErr: `attach: "execution" must be`},
+	}
+	for _, tt := range tests {
+		m, e := Decode([]byte(tt.line))
+		if e != nil {
+			t.Fatalf("Decode(%s): %v", tt.line, e)
+		}
+		got, e := m.Attach()
+		switch {
+		case tt.wantErr == "" && (e != nil || got != tt.want):
+			t.Errorf("Attach(%s): got %q, %v; want %q", tt.line, got, e, tt.want)
+		case tt.wantErr != "" && (e == nil || e.Category != CatBadRequest || !strings.HasPrefix(e.Message, tt.wantErr)):
+			t.Errorf("Attach(%s): got %q, %v; want a bad-request starting %q", tt.line, got, e, tt.wantErr)
+		}
 	}
 }

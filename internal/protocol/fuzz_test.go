@@ -143,6 +143,10 @@ func FuzzDecode(f *testing.F) {
 		`{"x":{"token":"inner"},"y":["}","{\"",[{}]],"token":"outer"}`,
 		` { "token" : "T" , "kind" : "ready" , "id" : -0 } `,
 		`{"command":"a","args":["\u0041\ud800"],"cwd":"\ud834\udd1e","timeoutMs":1E3,"captureStdout":false}`,
+		`{"command":"x","captureStderr":true,"stream":true,"onExit":"settle-on-failure","detachMs":1e4}`,
+		`{"command":"x","onExit":"s\u0065ttle","detachMs":0.5e1,"stream":null}`,
+		`{"token":"T","kind":"attach","id":9,"execution":"x-1"}`,
+		`{"kind":"attach","\u0065xecution":"x-\u0031","execution":7}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -160,6 +164,11 @@ func FuzzDecode(f *testing.F) {
 			rx, rxe := rm.Execute()
 			if !reflect.DeepEqual(x, rx) || !reflect.DeepEqual(xe, rxe) {
 				t.Fatalf("Execute: got %+v, %v; from the reference decoder %+v, %v", x, xe, rx, rxe)
+			}
+			a, ae := m.Attach()
+			ra, rae := rm.Attach()
+			if a != ra || !reflect.DeepEqual(ae, rae) {
+				t.Fatalf("Attach: got %q, %v; from the reference decoder %q, %v", a, ae, ra, rae)
 			}
 			for i, n := range fieldNames {
 				if !bytes.Equal(bytes.TrimSpace(m.fields[i]), bytes.TrimSpace(rm.fields[i])) {

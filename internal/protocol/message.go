@@ -40,9 +40,12 @@ type Message struct {
 }
 
 // fieldNames are the top-level fields relayd reads: those of every message,
-// then execute's (section 4). Decode finds these and skips every other.
+// then execute's (section 4), then attach's (section 4.5). Decode finds these and skips every other.
 var fieldNames = [...]string{"kind", "token", "id",
-	"command", "args", "environment", "credentials", "resultToken", "captureStdout", "cwd", "timeoutMs"}
+	"command", "args", "environment", "credentials", "resultToken", "captureStdout", "cwd", "timeoutMs",
+	"captureStderr", "stream", "onExit", "detachMs", // execute's extensions (section 4.5)
+	"execution", // attach's
+}
 
 // maxFieldName is the length of the longest of fieldNames.
 const maxFieldName = len("captureStdout")

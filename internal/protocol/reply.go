@@ -40,6 +40,9 @@ type Ready struct {
 	Protocol    int             `json:"protocol"` // Version
 	Version     string          `json:"version"`
 	Scope       string          `json:"scope"`
+	// Detached names the executions waiting for an attach (section 4.5),
+	// in dial-out mode only; absent when there are none.
+	Detached []string `json:"detached,omitempty"`
 	// Debug is filled only by test builds (the relayd_faults tag), for
 	// tests that check relayd's own resources; production never sets it.
 	Debug map[string]int `json:"debug,omitempty"`
@@ -86,6 +89,8 @@ type Executed struct {
 	Scope            ScopeInfo       `json:"scope"`
 	Signal           string          `json:"signal,omitempty"`
 	StdoutTruncated  *bool           `json:"stdoutTruncated,omitempty"` // raw mode only
+	Stderr           *string         `json:"stderr,omitempty"`          // with captureStderr only (section 4.5)
+	StderrTruncated  *bool           `json:"stderrTruncated,omitempty"` // with captureStderr only
 	Detail           string          `json:"detail,omitempty"`
 	DurationMs       int64           `json:"durationMs"`
 }
@@ -97,6 +102,29 @@ func (e Executed) MarshalJSON() ([]byte, error) {
 		e.Survivors = []Survivor{}
 	}
 	return json.Marshal(plain(e))
+}
+
+// Started tells a controller that asked for stream or detachMs the name of
+// its execution as soon as the subject runs (section 4.5).
+type Started struct {
+	Token     string          `json:"token,omitempty"`
+	Kind      string          `json:"kind"` // "started"
+	ID        json.RawMessage `json:"id,omitempty"`
+	Execution string          `json:"execution"`
+}
+
+// Output is one coalesced piece of a streamed execution's output (section
+// 4.5). Data is text: encoding/json replaces invalid UTF-8 with U+FFFD.
+// Dropped counts the bytes of this stream left out since the previous
+// Output of the stream (a slow reader, or nobody attached).
+type Output struct {
+	Token     string          `json:"token,omitempty"`
+	Kind      string          `json:"kind"` // "output"
+	ID        json.RawMessage `json:"id,omitempty"`
+	Execution string          `json:"execution"`
+	Stream    string          `json:"stream"` // "stdout" or "stderr"
+	Data      string          `json:"data"`
+	Dropped   int64           `json:"dropped,omitempty"`
 }
 
 // Verified is the reply to verify.

@@ -64,6 +64,8 @@ type executedTail struct {
 	Scope            ScopeInfo  `json:"scope"`
 	Signal           string     `json:"signal,omitempty"`
 	StdoutTruncated  *bool      `json:"stdoutTruncated,omitempty"`
+	Stderr           *string    `json:"stderr,omitempty"`
+	StderrTruncated  *bool      `json:"stderrTruncated,omitempty"`
 	Detail           string     `json:"detail,omitempty"`
 	DurationMs       int64      `json:"durationMs"`
 }
@@ -77,7 +79,7 @@ func writeExecuted(w io.Writer, e Executed) error {
 		return fmt.Errorf("%w: %v", ErrEncoding, err)
 	}
 	tail, err := json.Marshal(executedTail{e.Diagnostic, e.Execution, e.Settlement, e.Survivors, e.SurvivorsOmitted, e.Scope,
-		e.Signal, e.StdoutTruncated, e.Detail, e.DurationMs})
+		e.Signal, e.StdoutTruncated, e.Stderr, e.StderrTruncated, e.Detail, e.DurationMs})
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrEncoding, err)
 	}

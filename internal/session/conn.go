@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -29,9 +31,11 @@ type conn struct {
 	log     zerolog.Logger
 	dialOut bool
 	authed  bool
-	lost    bool // the peer is gone: nothing more is written
+	lost    atomic.Bool // the peer is gone: nothing more is written
+	wmu     sync.Mutex  // one writer at a time: the loop, and a streamed execution's output
 
-	cur         *execution        // the running execution, if any
+	cur         *execution        // the running execution, if any (started here, or attached)
+	curID       json.RawMessage   // the id its executed reply echoes (the execute's or the attach's)
 	verifyIDs   []json.RawMessage // verify requests waiting for cur to end
 	kept        []exec.Scope      // scopes of exited subjects that left survivors
 	unconfirmed bool              // a settlement of this session lacked evidence
@@ -103,7 +107,7 @@ func (cn *conn) loop() string {
 		case <-drained:
 			return "shutdown"
 		}
-		if cn.lost {
+		if cn.lost.Load() {
 			return cn.finish("peer gone")
 		}
 	}
@@ -111,8 +115,23 @@ func (cn *conn) loop() string {
 
 // finish ends the session: a running execution is settled first (its
 // controller is gone or being dropped), and its reply, if the peer can still
-// take it, is sent.
+// take it, is sent. One that asked for detachMs is detached instead (section
+// 4.5): it runs on, and another connection may attach to it.
 func (cn *conn) finish(reason string) string {
+	if cn.cur != nil && cn.cur.detachable() && !cn.srv.detachFull() {
+		ex := cn.cur
+		// started is owed to this connection (a controller that sent
+		// execute and half-closed at once still gets the name it needs to
+		// attach): it goes out, best effort, before the execution leaves.
+		select {
+		case <-ex.announced:
+		case <-time.After(announceLimit):
+		}
+		cn.cur, cn.curID = nil, nil
+		ex.setOwner(nil, nil)
+		cn.srv.detach(ex, reason)
+		return reason
+	}
 	if cn.cur != nil {
 		cn.cur.stop(reason)
 		res := <-cn.cur.done
@@ -126,13 +145,13 @@ func (cn *conn) peerEnded(err error) string {
 	if errors.Is(err, protocol.ErrLineTooLong) {
 		cn.writeError(nil, protocol.CatLineTooLong,
 			fmt.Sprintf("message line longer than %d bytes (--max-line-bytes); closing the connection", cn.srv.cfg.MaxLineBytes))
-		cn.lost = true
+		cn.lost.Store(true)
 		return cn.finish("line too long")
 	}
 	if errors.Is(err, io.EOF) {
 		return cn.streamEnded()
 	}
-	cn.lost = true
+	cn.lost.Store(true)
 	if errors.Is(err, os.ErrDeadlineExceeded) && !cn.authed {
 		return cn.finish("no authenticated message within --auth-timeout")
 	}
@@ -198,7 +217,7 @@ func (cn *conn) handle(line []byte) string {
 		cn.log.Warn().Str("kind", safeKind(msg.Kind)).Msg("unauthenticated message: " + what)
 		cn.writeError(msg.ID, protocol.CatUnauthenticated,
 			what+": every message must carry relayd's token; closing the connection")
-		cn.lost = true
+		cn.lost.Store(true)
 		return "unauthenticated"
 	}
 	if !cn.authed {
@@ -217,16 +236,21 @@ func (cn *conn) handle(line []byte) string {
 		cn.execute(msg)
 	case "verify":
 		cn.verifyIDs = append(cn.verifyIDs, msg.ID)
+		if cn.dialOut {
+			cn.settleDetached()
+		}
 		if cn.cur != nil {
 			cn.cur.stop("verify")
 			return ""
 		}
 		return cn.answerVerifies()
+	case "attach":
+		cn.attach(msg)
 	case "":
-		cn.writeError(msg.ID, protocol.CatUnknownKind, `message has no "kind": expected "ready", "execute" or "verify"`)
+		cn.writeError(msg.ID, protocol.CatUnknownKind, `message has no "kind": expected "ready", "execute", "verify" or "attach"`)
 	default:
 		cn.writeError(msg.ID, protocol.CatUnknownKind,
-			fmt.Sprintf(`unknown kind %q: expected "ready", "execute" or "verify"`, safeKind(msg.Kind)))
+			fmt.Sprintf(`unknown kind %q: expected "ready", "execute", "verify" or "attach"`, safeKind(msg.Kind)))
 	}
 	return ""
 }
@@ -254,7 +278,54 @@ func (cn *conn) execute(msg *protocol.Message) {
 		cn.writeError(msg.ID, protocol.CatShuttingDown, "relayd is shutting down and starts no new execution")
 		return
 	}
-	cn.cur = cn.srv.startExecution(req, msg.ID, cn.log)
+	cn.cur, cn.curID = cn.srv.startExecution(cn, req, msg.ID, cn.log), msg.ID
+}
+
+// attach takes over a detached execution (section 4.5): its output from
+// now on and its executed reply, which echoes the attach's id, come here.
+func (cn *conn) attach(msg *protocol.Message) {
+	name, perr := msg.Attach()
+	if perr != nil {
+		cn.writeError(msg.ID, perr.Category, perr.Message)
+		return
+	}
+	if cn.cur != nil {
+		cn.writeError(msg.ID, protocol.CatBusy,
+			fmt.Sprintf("execution %s is still running on this connection; attach once its executed reply came", cn.cur.id))
+		return
+	}
+	ex, stopping := cn.srv.attach(name)
+	switch {
+	case stopping:
+		cn.writeError(msg.ID, protocol.CatShuttingDown, "relayd is shutting down and settles every execution; nothing can be attached")
+		return
+	case ex == nil:
+		cn.writeError(msg.ID, protocol.CatNotFound,
+			`attach: no detached execution has that name ("execution"): it does not exist, runs on a connection, or nobody attached within its detachMs`)
+		return
+	}
+	ex.setOwner(cn, msg.ID)
+	cn.cur, cn.curID = ex, msg.ID
+	cn.log.Info().Str("execution", ex.id).Msg("execution attached")
+}
+
+// settleDetached is verify in dial-out mode, where relayd serves one
+// controller: every detached execution is ended as the running one is
+// (rule 6.2), and counts for this session's quiescence and survivors.
+func (cn *conn) settleDetached() {
+	all := cn.srv.takeAllDetached()
+	for _, ex := range all {
+		ex.stop("verify") // all at once: settling them one by one would add up their deadlines
+	}
+	for _, ex := range all {
+		res := <-ex.done
+		if ex.kept != nil {
+			cn.kept = append(cn.kept, ex.kept)
+		}
+		if res.Settlement == protocol.SettleDestroyed || res.Settlement == protocol.SettleFailed {
+			cn.unconfirmed = true
+		}
+	}
 }
 
 // finished records the end of the running execution and sends its reply.
@@ -268,6 +339,8 @@ func (cn *conn) finished(res protocol.Executed) {
 		cn.unconfirmed = true
 	}
 	res.Token = cn.token()
+	res.ID = cn.curID
+	cn.curID = nil
 	cn.write(res)
 }
 
@@ -323,9 +396,13 @@ func (cn *conn) token() string {
 
 func (cn *conn) ready(id json.RawMessage) protocol.Ready {
 	cfg := cn.srv.cfg
-	return protocol.Ready{Token: cn.token(), Kind: "ready", ID: id, Instruction: cfg.Instruction,
+	r := protocol.Ready{Token: cn.token(), Kind: "ready", ID: id, Instruction: cfg.Instruction,
 		Cwd: cfg.Workspace, Protocol: protocol.Version, Version: cfg.Version, Scope: cfg.Mechanism,
 		Debug: debugInfo()}
+	if cn.dialOut {
+		r.Detached = cn.srv.detachedNames()
+	}
+	return r
 }
 
 func (cn *conn) writeError(id json.RawMessage, category, message string) {
@@ -334,20 +411,24 @@ func (cn *conn) writeError(id json.RawMessage, category, message string) {
 }
 
 // write sends one message with a deadline; a peer that does not take it in
-// time counts as gone.
-func (cn *conn) write(v any) {
-	if cn.lost {
-		return
+// time counts as gone. It reports whether the message was written.
+func (cn *conn) write(v any) bool {
+	cn.wmu.Lock()
+	defer cn.wmu.Unlock()
+	if cn.lost.Load() {
+		return false
 	}
 	_ = cn.c.SetWriteDeadline(time.Now().Add(cn.srv.cfg.WriteTimeout))
 	if err := protocol.WriteLine(cn.c, v); err != nil {
 		if errors.Is(err, protocol.ErrEncoding) {
 			cn.log.Error().Err(err).Msg("encoding a reply failed")
-			return
+			return false
 		}
 		cn.log.Warn().Err(err).Msg("write to peer failed; treating it as gone")
-		cn.lost = true
+		cn.lost.Store(true)
 		// Unblock the reader too: the session is over.
 		_ = cn.c.SetReadDeadline(time.Now())
+		return false
 	}
+	return true
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -33,31 +34,103 @@ type execution struct {
 	req      *protocol.Execute
 	stopCh   chan string // the framework's end: "verify", "peer closed", "shutdown", ...
 	stopOnce sync.Once
+	stopped  atomic.Bool // stop was called
 	done     chan protocol.Executed
 	kept     exec.Scope // set before done is sent: the scope of an exited subject with survivors
 	log      zerolog.Logger
+	stream   *streamer // nil unless req.Stream
+
+	// Where started and output messages go (section 4.5): the connection
+	// that runs the execution, nil while it is detached, and the id they
+	// echo (the execute's, or the attach's).
+	mu      sync.Mutex
+	owner   *conn
+	ownerID json.RawMessage
+
+	attached chan struct{} // while detached: closed when a connection takes it over (Server.attach)
+
+	announced    chan struct{} // with detachMs: closed once started was sent, or will never be (the subject did not start)
+	announceOnce sync.Once
 }
 
 func (ex *execution) stop(reason string) {
-	ex.stopOnce.Do(func() { ex.stopCh <- reason })
+	ex.stopOnce.Do(func() {
+		ex.stopped.Store(true)
+		ex.stopCh <- reason
+	})
 }
 
-func (s *Server) startExecution(req *protocol.Execute, reqID json.RawMessage, log zerolog.Logger) *execution {
+// detachable reports whether a transport loss detaches the execution
+// instead of settling it: it asked for detachMs, and the framework has not
+// already ended it (verify, shutdown).
+func (ex *execution) detachable() bool { return ex.req.DetachMs > 0 && !ex.stopped.Load() }
+
+// setOwner makes cn (nil: nobody) the destination of the execution's messages.
+func (ex *execution) setOwner(cn *conn, id json.RawMessage) {
+	ex.mu.Lock()
+	ex.owner, ex.ownerID = cn, id
+	ex.mu.Unlock()
+}
+
+func (ex *execution) destination() (*conn, json.RawMessage) {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	return ex.owner, ex.ownerID
+}
+
+func (s *Server) startExecution(cn *conn, req *protocol.Execute, reqID json.RawMessage, log zerolog.Logger) *execution {
 	ex := &execution{
-		id:     s.newExecutionID(),
-		reqID:  reqID,
-		req:    req,
-		stopCh: make(chan string, 1),
-		done:   make(chan protocol.Executed, 1),
+		id:      s.newExecutionID(),
+		reqID:   reqID,
+		req:     req,
+		stopCh:  make(chan string, 1),
+		done:    make(chan protocol.Executed, 1),
+		owner:   cn,
+		ownerID: reqID,
+	}
+	if req.DetachMs > 0 {
+		ex.announced = make(chan struct{})
 	}
 	ex.log = log.With().Str("execution", ex.id).Str("program", filepath.Base(req.Command)).Logger()
+	if req.Stream {
+		ex.stream = newStreamer(ex)
+	}
 	go func() {
 		res := s.run(ex)
-		ex.done <- res // buffered: the reply is never lost to a slow loop
+		ex.announceDone() // the subject never ran: no started
+		if ex.stream != nil {
+			ex.stream.close() // every output message goes before the reply
+		}
+		ex.done <- res // buffered: the reply is never lost to a slow loop, or kept while detached
 		s.ended()
 	}()
 	return ex
 }
+
+// announce sends the started message (section 4.5) once the subject runs,
+// and starts the live output after it.
+func (ex *execution) announce() {
+	defer ex.announceDone()
+	if !ex.req.Stream && ex.req.DetachMs == 0 {
+		return
+	}
+	if cn, id := ex.destination(); cn != nil {
+		cn.write(protocol.Started{Token: cn.token(), Kind: "started", ID: id, Execution: ex.id})
+	}
+	if ex.stream != nil {
+		ex.stream.start()
+	}
+}
+
+func (ex *execution) announceDone() {
+	if ex.announced != nil {
+		ex.announceOnce.Do(func() { close(ex.announced) })
+	}
+}
+
+// announceLimit bounds how long a connection that is going away waits for
+// its execution's started message to be written before it detaches it.
+const announceLimit = 5 * time.Second
 
 // output is the stdout capture of one execution, in one of the three modes
 // of protocol section 5. It is sealed once the capture is final, so that a
@@ -67,9 +140,10 @@ type output struct {
 	sealed  bool
 	carrier *protocol.Carrier
 	raw     *protocol.RawCapture
+	stderr  *protocol.RawCapture // with captureStderr (section 4.5)
 }
 
-func newOutput(req *protocol.Execute, maxStdout int) *output {
+func newOutput(req *protocol.Execute, maxStdout, maxStderr int) *output {
 	o := &output{}
 	switch {
 	case !req.CaptureStdout:
@@ -78,7 +152,28 @@ func newOutput(req *protocol.Execute, maxStdout int) *output {
 	default:
 		o.raw = protocol.NewRawCapture(maxStdout)
 	}
+	if req.CaptureStderr {
+		o.stderr = protocol.NewRawCapture(maxStderr)
+	}
 	return o
+}
+
+// writers returns what the subject's stdout and stderr drains feed: the
+// captures, and the live output when streamed; nil for a stderr nobody
+// wants (it then goes to /dev/null or only to its artifact).
+func (o *output) writers(st *streamer) (stdout, stderr io.Writer) {
+	stdout = o
+	if o.stderr != nil {
+		stderr = o.stderr
+	}
+	if st == nil {
+		return stdout, stderr
+	}
+	stdout = tee{o, st.writer(0)}
+	if stderr == nil {
+		return stdout, st.writer(1)
+	}
+	return stdout, tee{o.stderr, st.writer(1)}
 }
 
 func (o *output) Write(p []byte) (int, error) {
@@ -115,6 +210,13 @@ func (o *output) fill(r *protocol.Executed, resultToken string, empty bool) {
 		}
 		r.StdoutTruncated = &truncated
 	}
+	if o.stderr != nil {
+		text, truncated := "", false
+		if !empty {
+			text, truncated = o.stderr.Result()
+		}
+		r.Stderr, r.StderrTruncated = &text, &truncated
+	}
 }
 
 // run carries one execution to its reply: start it, wait for its end,
@@ -124,7 +226,7 @@ func (s *Server) run(ex *execution) (res protocol.Executed) {
 	res = protocol.Executed{Kind: "executed", ID: ex.reqID, Execution: ex.id,
 		Settlement: protocol.SettleNone, Survivors: []protocol.Survivor{},
 		Scope: protocol.ScopeInfo{Mechanism: s.cfg.Mechanism}, Termination: protocol.Exited}
-	out := newOutput(ex.req, s.cfg.MaxStdoutBytes)
+	out := newOutput(ex.req, s.cfg.MaxStdoutBytes, s.cfg.MaxStderrBytes)
 	var ended time.Time // when the subject's status was collected
 	defer func() {
 		if ended.IsZero() {
@@ -144,8 +246,12 @@ func (s *Server) run(ex *execution) (res protocol.Executed) {
 	if !ok {
 		return res
 	}
+	ex.announce()
 	st, exited, reason := s.awaitEnd(ex, subj)
 	switch {
+	case exited && !s.killedByDestroy(subj, st) && settleOnExit(ex.req.OnExit, st):
+		ended = st.At
+		s.settleExited(ex, subj, scope, st, out, &res)
 	case exited && !s.killedByDestroy(subj, st):
 		ended = st.At
 		s.leaveAlone(ex, subj, scope, st, out, &res)
@@ -196,7 +302,8 @@ func (s *Server) start(ex *execution, out *output, res *protocol.Executed) (*exe
 		return failed(protocol.ExitScopeUnavailable, "the execution scope could not be set up: "+err.Error())
 	}
 	spec := exec.Spec{Path: path, Argv: append([]string{req.Command}, req.Args...), Env: subjectEnv, Dir: dir,
-		Stdout: out, Credential: s.cfg.SubjectUser}
+		Credential: s.cfg.SubjectUser}
+	spec.Stdout, spec.Stderr = out.writers(ex.stream)
 	if s.cfg.ArtifactsDir != "" {
 		spec.StdoutCopy = s.openArtifact(ex, "stdout")
 		spec.StderrCopy = s.openArtifact(ex, "stderr")
@@ -265,6 +372,64 @@ func (s *Server) leaveAlone(ex *execution, subj *exec.Subject, scope exec.Scope,
 	}
 }
 
+// settleOnExit reports whether onExit asks for the scope of a subject that
+// exited by itself with st to be settled (section 4.5).
+func settleOnExit(onExit string, st exec.Status) bool {
+	switch onExit {
+	case protocol.OnExitSettle:
+		return true
+	case protocol.OnExitSettleOnFailure:
+		return !st.Exited || st.ExitCode() != 0
+	}
+	return false
+}
+
+// settleExited is onExit "settle" (or "settle-on-failure" after a
+// failure): the subject exited by itself and the reply says so, with its
+// real status and its output up to its exit; then what it left in its
+// scope is settled as at the framework's end, and settlement says how that
+// went. No survivor is reported: nothing is left alone.
+func (s *Server) settleExited(ex *execution, subj *exec.Subject, scope exec.Scope, st exec.Status, out *output, res *protocol.Executed) {
+	res.ExitCode = st.ExitCode()
+	if !st.Exited {
+		res.Signal = unix.SignalName(st.Signal)
+	}
+	subj.CutStdout(cutLimit)
+	out.fill(res, ex.req.ResultToken, false)
+	ex.log.Info().Str("onExit", ex.req.OnExit).Msg("subject exited; settling its scope")
+	r := s.stopScope(ex, scope)
+	res.Settlement = s.settlementOf(ex, r)
+	scope.Close()
+}
+
+// stopScope is teardown.Stop with relayd's budget: settle, else destroy.
+func (s *Server) stopScope(ex *execution, scope exec.Scope) teardown.Result {
+	return teardown.Stop(s.destroyCtx, scope, teardown.Budget{Grace: s.cfg.TermGrace, Timeout: s.cfg.TeardownTimeout,
+		Destroy: s.cfg.Destroy, Destroying: func(o teardown.Outcome) {
+			ev := ex.log.Error().Int("remaining", len(o.Remaining)).Dur("elapsed", o.Elapsed)
+			if o.Err != nil {
+				ev = ev.AnErr("lastError", o.Err)
+			}
+			ev.Bool("killNamespace", s.cfg.Destroy.KillNamespace).Msg("settlement not confirmed; destroying")
+		}})
+}
+
+// settlementOf is the settlement word of a stop's result; one without
+// evidence makes relayd's exit status say so.
+func (s *Server) settlementOf(ex *execution, r teardown.Result) string {
+	if r.Confirmed {
+		return protocol.SettleSettled
+	}
+	s.unconfirmed.Store(true)
+	if r.DestroyErr != nil {
+		ex.log.Error().Err(r.DestroyErr).Msg("destroy reported a failure")
+	}
+	if r.Destroyed {
+		return protocol.SettleDestroyed
+	}
+	return protocol.SettleFailed
+}
+
 // destroyedElsewhere reports a subject that another execution's destroy of
 // the whole namespace killed: the framework ended it, and nothing of it can
 // be trusted.
@@ -285,33 +450,17 @@ func (s *Server) settle(ex *execution, subj *exec.Subject, scope exec.Scope, rea
 	ex.log.Info().Str("reason", reason).Msg("settling scope")
 	res.Termination = protocol.FrameworkTimeout
 	res.ExitCode = protocol.ExitFramework
-	r := teardown.Stop(s.destroyCtx, scope, teardown.Budget{Grace: s.cfg.TermGrace, Timeout: s.cfg.TeardownTimeout,
-		Destroy: s.cfg.Destroy, Destroying: func(o teardown.Outcome) {
-			ev := ex.log.Error().Int("remaining", len(o.Remaining)).Dur("elapsed", o.Elapsed)
-			if o.Err != nil {
-				ev = ev.AnErr("lastError", o.Err)
-			}
-			ev.Bool("killNamespace", s.cfg.Destroy.KillNamespace).Msg("settlement not confirmed; destroying")
-		}})
+	r := s.stopScope(ex, scope)
 	select {
 	case st := <-subj.Exited():
 		ended = st.At
 	default:
 	}
-	switch {
-	case r.Confirmed:
-		res.Settlement = protocol.SettleSettled
+	res.Settlement = s.settlementOf(ex, r)
+	if r.Confirmed {
 		subj.CutStdout(cutLimit)
 		out.fill(res, ex.req.ResultToken, false)
-	default:
-		s.unconfirmed.Store(true)
-		if r.DestroyErr != nil {
-			ex.log.Error().Err(r.DestroyErr).Msg("destroy reported a failure")
-		}
-		res.Settlement = protocol.SettleFailed
-		if r.Destroyed {
-			res.Settlement = protocol.SettleDestroyed
-		}
+	} else {
 		subj.CutStdout(0)
 		out.fill(res, ex.req.ResultToken, true)
 	}

@@ -46,6 +46,7 @@ type Config struct {
 	MaxConnections  int           // listen mode: connections served at once
 	MaxLineBytes    int
 	MaxStdoutBytes  int
+	MaxStderrBytes  int                 // stderr returned with captureStderr (section 4.5)
 	ArtifactsDir    string              // "" for none
 	ArtifactLimit   int64               // bytes per stream and execution (--max-artifact-bytes); 0: DefaultArtifactLimit
 	SubjectUser     *syscall.Credential // subjects run as this user; nil: as relayd
@@ -75,6 +76,7 @@ type Server struct {
 	drained    chan struct{}   // closed once stopping and nothing runs: sessions end
 	destroyCtx context.Context // cancelled by Destroy: settle no longer, kill
 	destroy    context.CancelFunc
+	detached   map[string]*execution // executions waiting for an attach (section 4.5), by name
 
 	sessions    sync.WaitGroup
 	conns       atomic.Int64 // open listen-mode connections
