@@ -60,6 +60,9 @@ func chooseScope(ctx context.Context, o options, r *exec.Reaper, t *exec.Tracker
 		return pg, nil
 	}
 	why := "a cgroup v2 leaf per execution was created, used and removed at startup"
+	if c.EntersByHelper() {
+		why += "; clone3 is refused here (a seccomp filter), so each command moves itself into its leaf through relayd's helper before it execs"
+	}
 	if cg.Outside {
 		why += "; relayd's own cgroup is in no cgroup2 mount, so the top of " + cg.Mount + " is the base"
 	}
