@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 )
@@ -30,6 +31,19 @@ func TestCgroupWithoutClone3(t *testing.T) {
 		d.stopClean()
 	})
 	t.Run("escapee", func(t *testing.T) { forkingEscapee(t, helper) })
+	t.Run("subject-user", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root to switch users")
+		}
+		o := helper
+		o.args = []string{"--subject-user", "nobody", "--workspace", "/"}
+		d := startRelayd(t, o)
+		r := d.connect().sh(`id -u; grep -c '^0::.*/relayd-[0-9]*/x-1$' /proc/$$/cgroup`, nil)
+		if r["stdout"] != "65534\n1\n" {
+			t.Fatalf("got %v; want nobody's uid (65534) and the leaf x-1 in its /proc/self/cgroup", r)
+		}
+		d.stopClean()
+	})
 	t.Run("same-as-born-in-the-leaf", func(t *testing.T) {
 		born := startRelayd(t, opts{scope: "cgroup", bin: faultBin})
 		entered := startRelayd(t, helper)
