@@ -53,6 +53,8 @@ func TestCgroupWithoutClone3(t *testing.T) {
 		requests := []msg{
 			{"command": "/bin/sh", "args": []string{"-c", `echo "$0"; ls /proc/$$/fd; basename "$PWD"; env | grep -v '^PWD=' | sort`}},
 			{"command": "/bin/sh", "args": []string{"-c", `grep -c '^0::.*/relayd-[0-9]*/x-2$' /proc/$$/cgroup; exit 3`}, "environment": map[string]string{"A": "b"}},
+			// Meant for the subject, fatal to a Go program such as the helper.
+			{"command": "/bin/sh", "args": []string{"-c", `echo "$GOMEMLIMIT"`}, "environment": map[string]string{"GOMEMLIMIT": "bad"}},
 			{"command": "no-such-program-here"},
 			{"command": "/etc/passwd"},
 			{"command": "/bin/true", "cwd": "no-such-directory"},

@@ -23,7 +23,10 @@ import (
 // nothing, so nothing of the subject is ever outside the leaf. It costs one
 // exec of relayd's binary per execution.
 
-// enterArg0 is argv[0] of the helper; the subject's path and argv follow.
+// enterArg0 is argv[0] of the helper. The subject's path, the number of
+// its argv entries, its argv and its environment follow: the helper itself
+// runs with an empty environment, so that nothing meant for the subject
+// (GOMEMLIMIT=bad stops a Go program before main) changes the helper.
 const enterArg0 = "relayd-enter-cgroup"
 
 // The helper's descriptors: the leaf's cgroup.procs, and the write end of
@@ -50,6 +53,7 @@ func EnterCgroupHelper() {
 	if len(os.Args) < 3 || os.Args[0] != enterArg0 {
 		return
 	}
+	path, rest := os.Args[1], os.Args[2:]
 	fail := func(stage byte, err error) {
 		var errno syscall.Errno
 		if !errors.As(err, &errno) {
@@ -61,12 +65,17 @@ func EnterCgroupHelper() {
 		_, _ = unix.Write(enterStatusFD, b[:])
 		os.Exit(127)
 	}
+	n, err := strconv.Atoi(rest[0])
+	if err != nil || n < 0 || n > len(rest)-1 {
+		fail(enterStageExec, syscall.EINVAL)
+	}
+	argv, environ := rest[1:1+n], rest[1+n:]
 	if _, err := unix.Write(enterProcsFD, []byte(strconv.Itoa(os.Getpid()))); err != nil {
 		fail(enterStageCgroup, err)
 	}
 	unix.Close(enterProcsFD)
 	unix.CloseOnExec(enterStatusFD)
-	fail(enterStageExec, unix.Exec(os.Args[1], os.Args[2:], os.Environ()))
+	fail(enterStageExec, unix.Exec(path, argv, environ))
 }
 
 // enterer is a scope whose subject enters it by itself, through the helper:
@@ -100,9 +109,12 @@ func launch(r *Reaper, scope Scope, path string, argv []string, attr *syscall.Pr
 	defer statusR.Close()
 	a := *attr
 	a.Files = append(append([]uintptr(nil), attr.Files...), procs.Fd(), statusW.Fd())
+	a.Env = []string{}
+	args := append([]string{enterArg0, path, strconv.Itoa(len(argv))}, argv...)
+	args = append(args, attr.Env...)
 	// /proc/self/exe is relayd's binary in the child until it execs, even
 	// if the file was replaced or removed since relayd started.
-	pid, tid, exited, err = r.ForkExec("/proc/self/exe", append([]string{enterArg0, path}, argv...), &a)
+	pid, tid, exited, err = r.ForkExec("/proc/self/exe", args, &a)
 	statusW.Close()
 	if err != nil {
 		return 0, 0, nil, err
@@ -114,13 +126,20 @@ func launch(r *Reaper, scope Scope, path string, argv []string, attr *syscall.Pr
 		return pid, tid, exited, nil // the subject's exec closed the pipe
 	}
 	if n != len(b) {
-		// No word within enterTimeout, or a torn report: the helper, our
-		// child and not yet reaped (its waiter is registered), is ended.
-		_ = unix.Kill(pid, unix.SIGKILL)
-		<-exited
+		// No word within enterTimeout, or a torn report: the helper is
+		// ended, through a pidfd opened while it was still unreaped.
+		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+			select {
+			case <-exited: // reaped before the pidfd was open: the pid may be another's now
+			default:
+				_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+			}
+			unix.Close(fd)
+		}
+		waitBounded(exited)
 		return 0, 0, nil, &SpawnError{Err: fmt.Errorf("%w: the helper entering %s did not report: %v", ErrScopeUnavailable, path, rerr), Stage: "scope"}
 	}
-	<-exited // it exits at once after its report
+	waitBounded(exited) // it exits at once after its report
 	errno := syscall.Errno(binary.NativeEndian.Uint32(b[1:]))
 	if b[0] == enterStageCgroup {
 		return 0, 0, nil, &SpawnError{Err: fmt.Errorf("%w: cannot move the subject into its cgroup leaf: %v", ErrScopeUnavailable, errno), Stage: "scope"}
@@ -133,4 +152,13 @@ func launch(r *Reaper, scope Scope, path string, argv []string, attr *syscall.Pr
 // profiles, which did not know the call).
 func refusedClone3(err error) bool {
 	return errors.Is(err, syscall.ENOSYS) || errors.Is(err, syscall.EPERM)
+}
+
+// waitBounded waits for a helper that ended or is ending to be reaped, at
+// most enterTimeout: the reaper delivers its status in any case.
+func waitBounded(exited <-chan Status) {
+	select {
+	case <-exited:
+	case <-time.After(enterTimeout):
+	}
 }
