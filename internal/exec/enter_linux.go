@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -23,11 +24,16 @@ import (
 // nothing, so nothing of the subject is ever outside the leaf. It costs one
 // exec of relayd's binary per execution.
 
-// enterArg0 is argv[0] of the helper. The subject's path, the number of
-// its argv entries, its argv and its environment follow: the helper itself
-// runs with an empty environment, so that nothing meant for the subject
-// (GOMEMLIMIT=bad stops a Go program before main) changes the helper.
-const enterArg0 = "relayd-enter-cgroup"
+// enterArg0 is argv[0] of the helper; the subject's path and argv follow.
+// The subject's environment is the helper's with every entry behind
+// enterEnvPrefix, so that no variable meant for the subject (GOMEMLIMIT=bad
+// stops a Go program before main) is seen by the helper's Go runtime. It is
+// not put in the arguments: any user can read a process's command line, and
+// the environment holds credentials.
+const (
+	enterArg0      = "relayd-enter-cgroup"
+	enterEnvPrefix = "RELAYD_ENTER_ENV:"
+)
 
 // The helper's descriptors: the leaf's cgroup.procs, and the write end of
 // a close-on-exec pipe on which it reports a failure (a stage byte and an
@@ -53,7 +59,7 @@ func EnterCgroupHelper() {
 	if len(os.Args) < 3 || os.Args[0] != enterArg0 {
 		return
 	}
-	path, rest := os.Args[1], os.Args[2:]
+	path, argv := os.Args[1], os.Args[2:]
 	fail := func(stage byte, err error) {
 		var errno syscall.Errno
 		if !errors.As(err, &errno) {
@@ -65,11 +71,12 @@ func EnterCgroupHelper() {
 		_, _ = unix.Write(enterStatusFD, b[:])
 		os.Exit(127)
 	}
-	n, err := strconv.Atoi(rest[0])
-	if err != nil || n < 0 || n > len(rest)-1 {
-		fail(enterStageExec, syscall.EINVAL)
+	var environ []string
+	for _, kv := range os.Environ() {
+		if v, ok := strings.CutPrefix(kv, enterEnvPrefix); ok {
+			environ = append(environ, v)
+		}
 	}
-	argv, environ := rest[1:1+n], rest[1+n:]
 	if _, err := unix.Write(enterProcsFD, []byte(strconv.Itoa(os.Getpid()))); err != nil {
 		fail(enterStageCgroup, err)
 	}
@@ -109,12 +116,13 @@ func launch(r *Reaper, scope Scope, path string, argv []string, attr *syscall.Pr
 	defer statusR.Close()
 	a := *attr
 	a.Files = append(append([]uintptr(nil), attr.Files...), procs.Fd(), statusW.Fd())
-	a.Env = []string{}
-	args := append([]string{enterArg0, path, strconv.Itoa(len(argv))}, argv...)
-	args = append(args, attr.Env...)
+	a.Env = make([]string, len(attr.Env))
+	for i, kv := range attr.Env {
+		a.Env[i] = enterEnvPrefix + kv
+	}
 	// /proc/self/exe is relayd's binary in the child until it execs, even
 	// if the file was replaced or removed since relayd started.
-	pid, tid, exited, err = r.ForkExec("/proc/self/exe", args, &a)
+	pid, tid, exited, err = r.ForkExec("/proc/self/exe", append([]string{enterArg0, path}, argv...), &a)
 	statusW.Close()
 	if err != nil {
 		return 0, 0, nil, err
