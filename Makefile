@@ -1,4 +1,4 @@
-# relayd: make build | run | test | chaos | fuzz | lint | conformance | bench | image | k8s-image | container-test | clean
+# relayd: make build | run | test | pytest | pytest-venv | pytypes | chaos | fuzz | lint | conformance | bench | image | k8s-image | container-test | clean
 GO        ?= go
 VERSION   ?= 0.1.0
 COMMIT    := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -10,7 +10,7 @@ LISTEN    ?= 127.0.0.1:7700
 RUNDIR    := .run
 SHARED    ?= ../shared
 
-.PHONY: build run test chaos fuzz lint conformance clean
+.PHONY: build run test pytest pytest-venv pytypes chaos fuzz lint conformance clean
 
 ## build: a static binary in bin/relayd, version stamped
 build:
@@ -31,9 +31,36 @@ run: build
 RACE      := $(shell command -v gcc >/dev/null 2>&1 && echo -race)
 FUZZTIME  ?= 10s
 
-## test: every Go test, with the race detector where gcc is installed
+## test: every Go test, with the race detector where gcc is installed, then the Python client's tests
 test:
 	$(GO) test $(RACE) -count=1 ./...
+	$(MAKE) --no-print-directory pytest
+
+# The Python client (clients/python) is tested with the system's interpreter,
+# not whatever python3 comes first on PATH (a pyenv shim, say): its build
+# backend is Debian's python3-setuptools, which only /usr/bin/python3 has.
+PYTHON    ?= /usr/bin/python3
+# -X dev -W error: any warning (an unclosed socket's ResourceWarning too) fails the run.
+PYUNIT    := -X dev -W error -m unittest discover -s tests
+
+## pytest: the Python client's unittest suite against bin/relayd, from the source tree
+pytest: build
+	cd clients/python && TEST_RELAYD_BIN=$(abspath $(BIN)) PYTHONPATH=src $(PYTHON) $(PYUNIT)
+
+## pytypes: the Python client's type hints checked with mypy --strict (Debian's python3-mypy), for Python 3.9 and this one
+pytypes:
+	$(PYTHON) -m mypy --strict --python-version 3.9 clients/python/src/relayd_client
+	$(PYTHON) -m mypy --strict clients/python/src/relayd_client
+
+## pytest-venv: install the Python client with pip into a fresh venv (the build backend from the system) and run its tests there
+pytest-venv: build
+	@set -e; venv=$$(mktemp -d /tmp/relayd-pyvenv.XXXXXX); trap 'rm -rf "$$venv" clients/python/build clients/python/src/relayd_client.egg-info' EXIT; \
+	echo "== $(PYTHON) -m venv --system-site-packages $$venv"; \
+	$(PYTHON) -m venv --system-site-packages "$$venv"; \
+	echo "== pip install --no-build-isolation ./clients/python"; \
+	PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 "$$venv/bin/pip" install --quiet --no-build-isolation ./clients/python; \
+	cd /tmp && "$$venv/bin/python" -c 'import relayd_client, sys; f = relayd_client.__file__; print("== relayd_client from", f); sys.exit(not f.startswith(sys.prefix))'; \
+	cd $(CURDIR)/clients/python/tests && TEST_RELAYD_BIN=$(abspath $(BIN)) "$$venv/bin/python" -X dev -W error -m unittest discover -s .
 
 ## chaos: CHAOS random scenarios (default 500) against real relayds, with invariants checked after each
 CHAOS     ?= 500
@@ -101,7 +128,7 @@ k8s-image: image
 task-image:
 	deploy/test/build-task-image.sh $(TASK_IMAGE)
 
-## container-test: the tests under a real Docker engine (e2e/docker_test.go, build tag docker)
+## container-test: the tests under a real Docker engine (e2e/docker*_test.go, build tag docker; compose is docker-compose, else docker compose)
 container-test: image task-image
 	RELAYD_IMAGE=$(IMAGE) RELAYD_TASK_IMAGE=$(TASK_IMAGE) $(GO) test $(RACE) -tags docker -count=1 -run '^TestDocker' -v -timeout 10m ./e2e/
 

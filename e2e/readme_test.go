@@ -165,9 +165,9 @@ func runNetcatSession(t *testing.T, examples []readmeExample, port, token string
 	}
 }
 
-// The README's container section prints deploy/docker/Dockerfile,
-// deploy/docker/run.sh and deploy/docker/exec.sh, the files make
-// container-test runs, as they are.
+// The README's container section prints the files of deploy/ that make
+// container-test runs (deploy/docker/Dockerfile, run.sh, exec.sh,
+// network.sh, dialout.sh and deploy/compose/compose.yaml) as they are.
 func TestReadmeContainerExamplesAreTheTestedFiles(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("..", "README.md"))
 	if err != nil {
@@ -182,8 +182,10 @@ func TestReadmeContainerExamplesAreTheTestedFiles(t *testing.T) {
 	if end := strings.Index(section[3:], "\n## "); end >= 0 {
 		section = section[:end+3]
 	}
-	for _, name := range []string{"Dockerfile", "run.sh", "exec.sh", "nc.sh", "run-cgroup.sh", "rm-cgroup.sh"} {
-		file, err := os.ReadFile(filepath.Join("..", "deploy", "docker", name))
+	for _, name := range []string{"docker/Dockerfile", "docker/run.sh", "docker/exec.sh",
+		"docker/network.sh", "docker/dialout.sh", "compose/compose.yaml",
+		"docker/nc.sh", "docker/run-cgroup.sh", "docker/rm-cgroup.sh"} {
+		file, err := os.ReadFile(filepath.Join("..", "deploy", name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -195,7 +197,7 @@ func TestReadmeContainerExamplesAreTheTestedFiles(t *testing.T) {
 			block = append(block, line)
 		}
 		if !strings.Contains(section, "\n\n"+strings.Join(block, "\n")+"\n\n") {
-			t.Errorf("the README's container section does not print deploy/docker/%s as it is (an indented block of its whole text)", name)
+			t.Errorf("the README's container section does not print deploy/%s as it is (an indented block of its whole text)", name)
 		}
 	}
 }

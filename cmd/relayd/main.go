@@ -257,6 +257,11 @@ func dialOut(ctx context.Context, o options, srv *session.Server, log zerolog.Lo
 func loadToken(file string, getenv func(string) string) ([]byte, error) {
 	if file != "" {
 		b, err := readBounded(file, 64<<10)
+		if errors.Is(err, fs.ErrPermission) {
+			// Most often a container's non-root user and a file mounted
+			// with the host's owner and mode.
+			return nil, fmt.Errorf("--token-file: %v: relayd runs as uid %d: make the file that user's, mode 0400 (a bind mount or compose file secret keeps the host file's owner and mode)", err, os.Geteuid())
+		}
 		if err != nil {
 			return nil, fmt.Errorf("--token-file: %v", err)
 		}

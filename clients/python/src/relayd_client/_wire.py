@@ -1,0 +1,173 @@
+"""Framing and message building shared by Client and AsyncClient: no I/O."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import socket
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
+
+from .errors import CLOSING, ProtocolError, UnexpectedReplyError, error_for
+from .results import Executed, Output, Ready, Verified
+
+Address = Union[str, Tuple[str, int]]
+
+# The longest reply line read: relayd returns at most --max-stdout-bytes and
+# --max-stderr-bytes (1 MiB each by default) of text that JSON escaping can
+# grow six-fold. A longer line is a broken peer, not a reply.
+MAX_REPLY_LINE = 64 << 20
+
+# relayd's --teardown-timeout default: how long settling a scope may take.
+DEFAULT_TEARDOWN_BUDGET = 10.0
+# Beyond the teardown deadline: relayd's "small constant" (rule 6.7) plus the network.
+SETTLE_SLACK = 5.0
+# How long a reply that relayd writes at once (ready, verified, error) may take.
+DEFAULT_REPLY_TIMEOUT = 30.0
+
+OnOutput = Callable[[Output], None]
+OnStarted = Callable[[str], None]
+Reply = Union[Ready, Executed, Verified, Dict[str, Any]]
+
+
+def parse_address(address: Address) -> Tuple[str, int]:
+    """("host", port) from "host:port", "[::1]:port" or a (host, port) pair."""
+    if isinstance(address, tuple):
+        return str(address[0]), int(address[1])
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"relayd address {address!r}: want HOST:PORT")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def encode(msg: Mapping[str, Any]) -> bytes:
+    return json.dumps(msg, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n"
+
+
+def decode(line: bytes) -> Dict[str, Any]:
+    try:
+        msg = json.loads(line)
+    except ValueError as e:
+        raise UnexpectedReplyError(f"relayd sent a line that is not JSON: {e}") from None
+    if not isinstance(msg, dict) or not isinstance(msg.get("kind"), str):
+        raise UnexpectedReplyError("relayd sent a JSON line that is not a message (no kind)")
+    return msg
+
+
+def check_token(msg: Mapping[str, Any], token: str) -> None:
+    """relayd's messages carry the token on an authenticated connection; a
+    different one means this is not the relayd the controller meant."""
+    t = msg.get("token")
+    if t is not None and not (isinstance(t, str) and hmac.compare_digest(t.encode(), token.encode())):
+        raise UnexpectedReplyError(f"relayd's {msg.get('kind')} message carries another token")
+
+
+def keepalive(sock: socket.socket) -> None:
+    """TCP keepalive, so that a relayd whose host vanished is noticed while
+    a long execution runs (about 40 s on Linux)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3)):
+        opt = getattr(socket, name, None)
+        if opt is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, opt, value)
+
+
+def execute_message(
+    command: Union[str, Sequence[str]],
+    args: Optional[Sequence[str]],
+    *,
+    environment: Optional[Mapping[str, str]],
+    credentials: Optional[Mapping[str, str]],
+    result_token: Optional[str],
+    capture_stdout: bool,
+    cwd: Optional[str],
+    timeout_ms: Optional[int],
+    capture_stderr: Optional[bool],
+    stream: Optional[bool],
+    on_exit: Optional[str],
+    detach_ms: Optional[int],
+) -> Dict[str, Any]:
+    """The execute message; relayd validates it (a bad one is BadRequestError)."""
+    if not isinstance(command, str):
+        if args is not None:
+            raise TypeError("execute: give the command as a list, or a string and args, not both")
+        command, *rest = command
+        args = rest
+    msg: Dict[str, Any] = {"kind": "execute", "command": command, "args": list(args or ())}
+    optional = {
+        "environment": dict(environment) if environment is not None else None,
+        "credentials": dict(credentials) if credentials is not None else None,
+        "resultToken": result_token,
+        "cwd": cwd,
+        "timeoutMs": timeout_ms,
+        "captureStderr": capture_stderr,
+        "stream": stream,
+        "onExit": on_exit,
+        "detachMs": detach_ms,
+    }
+    msg.update({k: v for k, v in optional.items() if v is not None})
+    if not capture_stdout:
+        msg["captureStdout"] = False
+    return msg
+
+
+def execute_wait(timeout_ms: Optional[int], teardown_budget: float, timeout: Optional[float]) -> Optional[float]:
+    """How long to wait for an executed reply: the caller's timeout if given;
+    else, with timeoutMs, the deadline plus the teardown budget plus slack
+    (relayd settles before it replies); else no limit (the subject's own time)."""
+    if timeout is not None:
+        return timeout
+    if timeout_ms is not None:
+        return timeout_ms / 1000.0 + teardown_budget + SETTLE_SLACK
+    return None
+
+
+class Call:
+    """One request awaiting its reply: takes the messages relayd sends for
+    its id and says when it is answered."""
+
+    def __init__(self, id: int, want: str, on_output: Optional[OnOutput] = None, on_started: Optional[OnStarted] = None) -> None:
+        self.id = id
+        self.want = want
+        self.on_output = on_output
+        self.on_started = on_started
+        self.execution = ""
+
+    def take(self, msg: Dict[str, Any]) -> Optional[Reply]:
+        """The result when msg answers this call, None for an intermediate
+        message (started, output); raises for an error."""
+        kind = msg["kind"]
+        if kind == "error":
+            raise error_from(msg)
+        if kind == "started":
+            self.execution = str(msg.get("execution", ""))
+            if self.on_started is not None:
+                self.on_started(self.execution)
+            return None
+        if kind == "output":
+            if self.on_output is not None:
+                self.on_output(Output._parse(msg))
+            return None
+        if kind != self.want:
+            raise UnexpectedReplyError(f"relayd answered a {self.want} request with {kind!r}")
+        if kind == "ready":
+            return Ready._parse(msg)
+        if kind == "executed":
+            return Executed._parse(msg)
+        if kind == "verified":
+            return Verified._parse(msg)
+        return msg
+
+
+WANT = {"ready": "ready", "execute": "executed", "verify": "verified", "attach": "executed"}
+
+
+def error_from(msg: Mapping[str, Any]) -> ProtocolError:
+    e = msg.get("error")
+    if not isinstance(e, dict):
+        e = {}
+    return error_for(str(e.get("category", "")), str(e.get("message", "")), msg.get("id"))
+
+
+def closes(err: BaseException) -> bool:
+    """relayd closes the connection after these errors."""
+    return isinstance(err, ProtocolError) and err.category in CLOSING

@@ -1,0 +1,364 @@
+"""The asyncio client: AsyncClient for one connection to relayd, and
+AsyncListener for relayds that dial out.
+
+Unlike Client, an AsyncClient takes requests concurrently: a verify sent
+while an execute waits ends that execution (relayd answers executed, then
+verified), and each awaiting call gets its own reply, matched by id."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from types import TracebackType
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Type, Union
+
+from . import _wire
+from ._wire import Address, OnOutput, OnStarted
+from .errors import ConnectionLostError, ProtocolError, RelaydError, ReplyTimeoutError, UnexpectedReplyError
+from .results import Executed, Ready, Verified
+
+__all__ = ["AsyncClient", "AsyncListener"]
+
+
+class AsyncClient:
+    """A connection to relayd for asyncio code.
+
+    ``async with AsyncClient(address, token) as c:`` connects and closes;
+    the arguments are Client's. The client never half-closes its side."""
+
+    def __init__(
+        self,
+        address: Address,
+        token: str,
+        *,
+        connect_timeout: float = 10.0,
+        teardown_budget: float = _wire.DEFAULT_TEARDOWN_BUDGET,
+        reply_timeout: float = _wire.DEFAULT_REPLY_TIMEOUT,
+    ) -> None:
+        self._address = address
+        self._token = token
+        self.connect_timeout = connect_timeout
+        self.teardown_budget = teardown_budget
+        self.reply_timeout = reply_timeout
+        self._reader: Optional[asyncio.StreamReader] = None
+        self._writer: Optional[asyncio.StreamWriter] = None
+        self._task: Optional["asyncio.Task[None]"] = None
+        self._pending: Dict[int, Tuple[_wire.Call, "asyncio.Future[_wire.Reply]", bool]] = {}
+        self._next_id = 1
+        self._lost: Optional[RelaydError] = None
+        #: The ready relayd sent first, for a relayd that dialed out (AsyncListener.accept).
+        self.first_ready: Optional[Ready] = None
+
+    def __repr__(self) -> str:
+        return f"<relayd_client.AsyncClient {'open' if self._writer else 'closed'}>"
+
+    async def connect(self) -> "AsyncClient":
+        """Open the connection (async with does it)."""
+        host, port = _wire.parse_address(self._address)
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port, limit=_wire.MAX_REPLY_LINE), self.connect_timeout)
+        except asyncio.TimeoutError:
+            raise ReplyTimeoutError(f"no connection to relayd at {host}:{port} within {self.connect_timeout}s") from None
+        self._attach(reader, writer)
+        return self
+
+    def _attach(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            _wire.keepalive(sock)
+        self._reader, self._writer = reader, writer
+        self._task = asyncio.get_running_loop().create_task(self._read_loop())
+
+    async def __aenter__(self) -> "AsyncClient":
+        if self._writer is None:
+            await self.connect()
+        return self
+
+    async def __aexit__(self, et: Optional[Type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        await self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._writer is None
+
+    async def close(self) -> None:
+        """Close the connection. While an execution runs, relayd settles it (transport loss)."""
+        writer, self._writer = self._writer, None
+        task, self._task = self._task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        self._fail_all(ConnectionLostError("this relayd connection is closed"))
+        if writer is not None:
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except OSError:
+                pass
+
+    async def ready(self, *, timeout: Optional[float] = None) -> Ready:
+        r = await self._call({"kind": "ready"}, "ready", self.reply_timeout if timeout is None else timeout)
+        assert isinstance(r, Ready)
+        return r
+
+    async def execute(
+        self,
+        command: Union[str, Sequence[str]],
+        args: Optional[Sequence[str]] = None,
+        *,
+        environment: Optional[Mapping[str, str]] = None,
+        credentials: Optional[Mapping[str, str]] = None,
+        result_token: Optional[str] = None,
+        capture_stdout: bool = True,
+        cwd: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+        capture_stderr: Optional[bool] = None,
+        stream: Optional[bool] = None,
+        on_exit: Optional[str] = None,
+        detach_ms: Optional[int] = None,
+        timeout: Optional[float] = None,
+        on_output: Optional[OnOutput] = None,
+        on_started: Optional[OnStarted] = None,
+    ) -> Executed:
+        """As Client.execute. Cancelling the awaiting task closes the
+        connection (relayd then settles the execution)."""
+        msg = _wire.execute_message(
+            command, args, environment=environment, credentials=credentials, result_token=result_token,
+            capture_stdout=capture_stdout, cwd=cwd, timeout_ms=timeout_ms, capture_stderr=capture_stderr,
+            stream=stream, on_exit=on_exit, detach_ms=detach_ms,
+        )
+        wait = _wire.execute_wait(timeout_ms, self.teardown_budget, timeout)
+        r = await self._call(msg, "executed", wait, on_output, on_started)
+        assert isinstance(r, Executed)
+        return r
+
+    async def verify(self, *, timeout: Optional[float] = None) -> Verified:
+        wait = timeout if timeout is not None else self.reply_timeout + self.teardown_budget
+        r = await self._call({"kind": "verify"}, "verified", wait)
+        assert isinstance(r, Verified)
+        return r
+
+    async def request(self, message: Mapping[str, Any], *, timeout: Optional[float] = None) -> Dict[str, Any]:
+        kind = str(message.get("kind", ""))
+        r = await self._call(dict(message), _wire.WANT.get(kind, kind), timeout, raw=True)
+        assert isinstance(r, dict)
+        return r
+
+    # -- machinery --
+
+    async def _call(
+        self,
+        msg: Dict[str, Any],
+        want: str,
+        wait: Optional[float],
+        on_output: Optional[OnOutput] = None,
+        on_started: Optional[OnStarted] = None,
+        raw: bool = False,
+    ) -> _wire.Reply:
+        id = self._next_id
+        self._next_id += 1
+        return await self._exchange(_wire.encode({"token": self._token, **msg, "id": id}),
+                                    _wire.Call(id, want, on_output, on_started), wait, raw)
+
+    async def _exchange(self, line: bytes, call: _wire.Call, wait: Optional[float], raw: bool = False) -> _wire.Reply:
+        if self._lost is not None:
+            raise ConnectionLostError(f"this relayd connection ended: {self._lost}") from self._lost
+        writer = self._writer
+        if writer is None:
+            raise ConnectionLostError("this relayd connection is closed")
+        fut: "asyncio.Future[_wire.Reply]" = asyncio.get_running_loop().create_future()
+        self._pending[call.id] = (call, fut, raw)
+        try:
+            try:
+                writer.write(line)
+                await writer.drain()
+            except OSError:
+                pass  # relayd may have answered and closed first: the reader reports what it said
+            return await asyncio.wait_for(asyncio.shield(fut), wait)
+        except asyncio.TimeoutError:
+            await self.close()
+            raise ReplyTimeoutError("no reply from relayd in time; the connection is closed, so relayd settles what ran") from None
+        except asyncio.CancelledError:
+            await self.close()
+            raise
+        finally:
+            self._pending.pop(call.id, None)
+            if not fut.done():
+                fut.cancel()
+            elif not fut.cancelled():
+                fut.exception()  # retrieved, so that asyncio does not log it
+
+    async def _read_loop(self) -> None:
+        reader = self._reader
+        assert reader is not None
+        try:
+            while True:
+                try:
+                    line = await reader.readuntil(b"\n")
+                except asyncio.IncompleteReadError as e:
+                    if e.partial:
+                        raise ConnectionLostError(
+                            f"relayd closed the connection in the middle of a reply ({len(e.partial)} bytes of an unfinished line)",
+                            len(e.partial)) from None
+                    raise ConnectionLostError("relayd closed the connection before it replied") from None
+                except asyncio.LimitOverrunError:
+                    raise UnexpectedReplyError(f"relayd sent a line longer than {_wire.MAX_REPLY_LINE} bytes") from None
+                except OSError as e:
+                    raise ConnectionLostError(f"relayd connection failed: {e}") from e
+                if not line.strip():
+                    continue
+                msg = _wire.decode(line)
+                _wire.check_token(msg, self._token)
+                self._dispatch(msg)
+        except RelaydError as e:
+            self._lost = e
+            self._fail_all(e)
+            if self._writer is not None:
+                self._writer.close()  # close() still awaits wait_closed
+
+    def _dispatch(self, msg: Dict[str, Any]) -> None:
+        mid = msg.get("id")
+        if mid is None:
+            if msg["kind"] != "error":
+                return  # a message for no request (a dial-out relayd's unprompted ready)
+            err = _wire.error_from(msg)
+            if _wire.closes(err):
+                raise err
+            self._fail_all(err)
+            return
+        entry = self._pending.get(mid) if isinstance(mid, int) else None
+        if entry is None:
+            return  # the reply to a request whose caller gave up
+        call, fut, raw = entry
+        if fut.done():
+            return
+        try:
+            r = msg if raw and msg["kind"] == call.want else call.take(msg)
+        except ProtocolError as e:
+            fut.set_exception(e)
+            if _wire.closes(e):
+                raise
+            return
+        except UnexpectedReplyError as e:
+            fut.set_exception(e)
+            raise
+        if r is not None:
+            fut.set_result(r)
+
+    def _fail_all(self, err: BaseException) -> None:
+        for _, fut, _ in self._pending.values():
+            if not fut.done():
+                fut.set_exception(err)
+
+
+class AsyncListener:
+    """Accepts relayds that dial out and hands each to the trial whose token
+    it carries, like Listener: ``async with AsyncListener() as lst:``, then
+    ``c = await lst.accept(token)`` in each trial's task."""
+
+    def __init__(
+        self,
+        address: Address = ("127.0.0.1", 0),
+        *,
+        handshake_timeout: float = 10.0,
+        max_pending: int = 1024,
+        teardown_budget: float = _wire.DEFAULT_TEARDOWN_BUDGET,
+    ) -> None:
+        self._address = _wire.parse_address(address)
+        self.handshake_timeout = handshake_timeout
+        self.max_pending = max_pending
+        self.teardown_budget = teardown_budget
+        self._server: Optional[asyncio.Server] = None
+        self._ready: List[AsyncClient] = []
+        self._tokens: List[str] = []
+        self._changed = asyncio.Event()
+        self._handshakes: Set["asyncio.Task[None]"] = set()
+
+    @property
+    def address(self) -> Tuple[str, int]:
+        assert self._server is not None, "start the AsyncListener first (async with)"
+        host, port = self._server.sockets[0].getsockname()[:2]
+        return host, port
+
+    async def start(self) -> "AsyncListener":
+        self._server = await asyncio.start_server(self._handshake, *self._address, limit=_wire.MAX_REPLY_LINE)
+        return self
+
+    async def __aenter__(self) -> "AsyncListener":
+        return await self.start()
+
+    async def __aexit__(self, et: Optional[Type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop listening and close every connection not handed out yet."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+            await server.wait_closed()
+        for t in list(self._handshakes):
+            t.cancel()
+        if self._handshakes:
+            await asyncio.gather(*self._handshakes, return_exceptions=True)
+        for c in self._ready:
+            await c.close()
+        self._ready.clear()
+        self._tokens.clear()
+
+    async def accept(self, token: str, *, timeout: Optional[float] = None) -> AsyncClient:
+        """The AsyncClient of the relayd whose ready carries ``token``;
+        ReplyTimeoutError when none came within ``timeout`` seconds."""
+        want = token.encode()
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            if self._server is None:
+                raise ConnectionLostError("the listener is closed")
+            for i, tok in enumerate(self._tokens):
+                if hmac.compare_digest(tok.encode(), want):
+                    del self._tokens[i]
+                    return self._ready.pop(i)
+            self._changed.clear()
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                raise ReplyTimeoutError("no relayd with this trial's token dialed in time")
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handshakes.add(task)
+        kept = False
+        try:
+            if len(self._ready) + len(self._handshakes) > self.max_pending:
+                return
+            try:
+                line = await asyncio.wait_for(reader.readuntil(b"\n"), self.handshake_timeout)
+                msg = _wire.decode(line)
+            except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError, UnexpectedReplyError):
+                return
+            token = msg.get("token")
+            if msg["kind"] != "ready" or not isinstance(token, str):
+                return
+            c = AsyncClient("", token, teardown_budget=self.teardown_budget)
+            c.first_ready = Ready._parse(msg)
+            c._attach(reader, writer)
+            self._ready.append(c)
+            self._tokens.append(token)
+            kept = True
+            self._changed.set()
+        finally:
+            self._handshakes.discard(task)
+            if not kept:
+                writer.close()
+                try:
+                    await writer.wait_closed()
+                except (OSError, asyncio.CancelledError):
+                    pass

@@ -1,0 +1,408 @@
+"""The blocking client: Client for one connection to relayd, and serve()
+with its Listener for relayds that dial out (relayd --connect).
+
+A Client runs one request at a time: calls from several threads wait for
+each other. For several executions at once, open several Clients (one
+execution per connection, as the protocol has it)."""
+
+from __future__ import annotations
+
+import hmac
+import selectors
+import socket
+import threading
+import time
+from types import TracebackType
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
+
+from . import _wire
+from ._wire import Address, OnOutput, OnStarted
+from .errors import ConnectionLostError, ProtocolError, ReplyTimeoutError, UnexpectedReplyError
+from .results import Executed, Ready, Verified
+
+__all__ = ["Client", "Listener", "serve"]
+
+
+class Client:
+    """A connection to relayd.
+
+    ``Client(address, token)`` connects to a listening relayd
+    ("127.0.0.1:7700" or ("127.0.0.1", 7700)). ``teardown_budget`` is
+    relayd's --teardown-timeout in seconds: an execute with ``timeout_ms``
+    waits for its reply up to the deadline plus that budget plus a few
+    seconds, since relayd settles the scope before it replies. Use it as a
+    context manager, or call close(). The client never half-closes its side
+    of the connection: relayd would take that as the controller gone.
+    """
+
+    def __init__(
+        self,
+        address: Address,
+        token: str,
+        *,
+        connect_timeout: float = 10.0,
+        teardown_budget: float = _wire.DEFAULT_TEARDOWN_BUDGET,
+        reply_timeout: float = _wire.DEFAULT_REPLY_TIMEOUT,
+        _sock: Optional[socket.socket] = None,
+        _buffer: bytes = b"",
+    ) -> None:
+        self._token = token
+        self.teardown_budget = teardown_budget
+        self.reply_timeout = reply_timeout
+        self._lock = threading.Lock()
+        self._next_id = 1
+        self._buf = bytearray(_buffer)
+        if _sock is None:
+            _sock = socket.create_connection(_wire.parse_address(address), timeout=connect_timeout)
+        self._sock: Optional[socket.socket] = _sock
+        _wire.keepalive(_sock)
+        #: The ready relayd sent first, for a relayd that dialed out (Listener.accept).
+        self.first_ready: Optional[Ready] = None
+
+    def __repr__(self) -> str:
+        peer = "closed"
+        if self._sock is not None:
+            try:
+                peer = "%s:%s" % self._sock.getpeername()[:2]
+            except OSError:
+                peer = "?"
+        return f"<relayd_client.Client {peer}>"
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, et: Optional[Type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._sock is None
+
+    def close(self) -> None:
+        """Close the connection. While an execution runs, relayd settles it (transport loss)."""
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
+
+    def ready(self, *, timeout: Optional[float] = None) -> Ready:
+        """Ask relayd who it is (a handshake or liveness probe)."""
+        r = self._call({"kind": "ready"}, "ready", self._wait(timeout))
+        assert isinstance(r, Ready)
+        return r
+
+    def execute(
+        self,
+        command: Union[str, Sequence[str]],
+        args: Optional[Sequence[str]] = None,
+        *,
+        environment: Optional[Mapping[str, str]] = None,
+        credentials: Optional[Mapping[str, str]] = None,
+        result_token: Optional[str] = None,
+        capture_stdout: bool = True,
+        cwd: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+        capture_stderr: Optional[bool] = None,
+        stream: Optional[bool] = None,
+        on_exit: Optional[str] = None,
+        detach_ms: Optional[int] = None,
+        timeout: Optional[float] = None,
+        on_output: Optional[OnOutput] = None,
+        on_started: Optional[OnStarted] = None,
+    ) -> Executed:
+        """Run a command in a tracked scope and wait for its executed reply.
+
+        ``command`` is a program (path or name in PATH; no shell) with
+        ``args``, or a list of both. ``timeout_ms`` is the framework's
+        deadline: relayd settles the scope when it passes and reports
+        ``framework_timeout``. ``timeout`` (seconds) bounds the wait here
+        instead of the default (see the class); when it passes the
+        connection is closed, so relayd settles the execution, and
+        ReplyTimeoutError is raised. ``capture_stderr``, ``stream``,
+        ``on_exit`` and ``detach_ms`` are protocol 4.5 extensions, sent
+        only when given; ``on_output`` receives streamed Output chunks and
+        ``on_started`` the execution's name.
+        """
+        msg = _wire.execute_message(
+            command, args, environment=environment, credentials=credentials, result_token=result_token,
+            capture_stdout=capture_stdout, cwd=cwd, timeout_ms=timeout_ms, capture_stderr=capture_stderr,
+            stream=stream, on_exit=on_exit, detach_ms=detach_ms,
+        )
+        wait = _wire.execute_wait(timeout_ms, self.teardown_budget, timeout)
+        r = self._call(msg, "executed", wait, on_output, on_started)
+        assert isinstance(r, Executed)
+        return r
+
+    def verify(self, *, timeout: Optional[float] = None) -> Verified:
+        """The verification boundary: relayd ends what still runs on this
+        connection and reports whether the session is quiescent."""
+        wait = timeout if timeout is not None else self.reply_timeout + self.teardown_budget
+        r = self._call({"kind": "verify"}, "verified", wait)
+        assert isinstance(r, Verified)
+        return r
+
+    def request(self, message: Mapping[str, Any], *, timeout: Optional[float] = None) -> Dict[str, Any]:
+        """Send any message (token and id added) and return relayd's reply as
+        a dict: for kinds this client has no method for (``attach``)."""
+        kind = str(message.get("kind", ""))
+        r = self._call(dict(message), _wire.WANT.get(kind, kind), timeout, raw=True)
+        assert isinstance(r, dict)
+        return r
+
+    # -- machinery --
+
+    def _wait(self, timeout: Optional[float]) -> float:
+        return self.reply_timeout if timeout is None else timeout
+
+    def _call(
+        self,
+        msg: Dict[str, Any],
+        want: str,
+        wait: Optional[float],
+        on_output: Optional[OnOutput] = None,
+        on_started: Optional[OnStarted] = None,
+        raw: bool = False,
+    ) -> _wire.Reply:
+        with self._lock:
+            id = self._next_id
+            self._next_id += 1
+            line = _wire.encode({"token": self._token, **msg, "id": id})
+            try:
+                return self._exchange(line, _wire.Call(id, want, on_output, on_started), wait, raw)
+            except ProtocolError:
+                raise  # the connection stays open unless relayd closes it (handled in _exchange)
+            except BaseException:
+                # Interrupted (KeyboardInterrupt, a callback that raised) or lost:
+                # the reply may still come, so the connection can serve nothing
+                # more. Closing it makes relayd settle what still runs.
+                self.close()
+                raise
+
+    def _exchange(self, line: bytes, call: _wire.Call, wait: Optional[float], raw: bool = False) -> _wire.Reply:
+        deadline = None if wait is None else time.monotonic() + wait
+        sent_error: Optional[OSError] = None
+        try:
+            self._send(line)
+        except OSError as e:
+            # relayd may have answered and closed first (busy, unauthenticated):
+            # read what it said before reporting the connection lost.
+            sent_error = e
+        while True:
+            try:
+                msg = _wire.decode(self._readline(deadline))
+                _wire.check_token(msg, self._token)
+            except ConnectionLostError as e:
+                if sent_error is not None:
+                    raise ConnectionLostError(f"relayd connection lost while sending: {sent_error}") from e
+                raise
+            except UnexpectedReplyError:
+                self.close()
+                raise
+            mid = msg.get("id")
+            if mid is None and msg["kind"] != "error":
+                continue  # a message for no request (a dial-out relayd's unprompted ready)
+            if mid is not None and mid != call.id:
+                self.close()
+                raise UnexpectedReplyError(f"relayd sent a {msg['kind']} for request {mid!r} while request {call.id} waited")
+            try:
+                if raw and msg["kind"] == call.want:
+                    return msg
+                r = call.take(msg)
+            except ProtocolError as e:
+                if _wire.closes(e) or sent_error is not None:
+                    self.close()
+                raise
+            except UnexpectedReplyError:
+                self.close()
+                raise
+            if r is not None:
+                return r
+
+    def _send(self, line: bytes) -> None:
+        sock = self._sock
+        if sock is None:
+            raise ConnectionLostError("this relayd connection is closed")
+        sock.settimeout(self.reply_timeout)
+        sock.sendall(line)
+
+    def _readline(self, deadline: Optional[float]) -> bytes:
+        while True:
+            i = self._buf.find(b"\n")
+            if i >= 0:
+                line = bytes(self._buf[: i + 1])
+                del self._buf[: i + 1]
+                if line.strip():
+                    return line
+                continue
+            if len(self._buf) > _wire.MAX_REPLY_LINE:
+                self.close()
+                raise UnexpectedReplyError(f"relayd sent a line longer than {_wire.MAX_REPLY_LINE} bytes")
+            sock = self._sock
+            if sock is None:
+                raise ConnectionLostError("this relayd connection is closed")
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                self.close()
+                raise ReplyTimeoutError("no reply from relayd in time; the connection is closed, so relayd settles what ran")
+            sock.settimeout(remaining)
+            try:
+                chunk = sock.recv(1 << 16)
+            except socket.timeout:
+                continue  # the deadline check above reports it
+            except OSError as e:
+                self.close()
+                raise ConnectionLostError(f"relayd connection failed: {e}", len(self._buf)) from e
+            if not chunk:
+                partial = len(self._buf)
+                self.close()
+                if partial:
+                    raise ConnectionLostError(f"relayd closed the connection in the middle of a reply ({partial} bytes of an unfinished line)", partial)
+                raise ConnectionLostError("relayd closed the connection before it replied")
+            self._buf += chunk
+
+
+class Listener:
+    """Accepts relayds that dial out (``relayd --connect HOST:PORT``) and
+    hands each to the trial whose token it carries: accept(token) returns a
+    Client once a relayd whose first ``ready`` carries that token has
+    connected. relayds with another trial's token wait, handshake done, for
+    their own accept (at most ``max_pending`` at once); a peer that sends no
+    ready within ``handshake_timeout`` is dropped. Several threads may call
+    accept at once. Made by serve()."""
+
+    def __init__(
+        self,
+        address: Address = ("127.0.0.1", 0),
+        *,
+        handshake_timeout: float = 10.0,
+        max_pending: int = 1024,
+        teardown_budget: float = _wire.DEFAULT_TEARDOWN_BUDGET,
+    ) -> None:
+        self._sock = socket.create_server(_wire.parse_address(address), backlog=128)
+        self._sock.setblocking(False)
+        self.handshake_timeout = handshake_timeout
+        self.max_pending = max_pending
+        self.teardown_budget = teardown_budget
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self._sock, selectors.EVENT_READ)
+        self._hello: Dict[socket.socket, Tuple[bytearray, float]] = {}
+        self._ready: List[Tuple[str, socket.socket, Dict[str, Any], bytes]] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def address(self) -> Tuple[str, int]:
+        """(host, port) the listener is bound to: give it to relayd as --connect HOST:PORT."""
+        host, port = self._sock.getsockname()[:2]
+        return host, port
+
+    def __enter__(self) -> "Listener":
+        return self
+
+    def __exit__(self, et: Optional[Type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop listening and close every connection not handed out yet."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for s in list(self._hello):
+                s.close()
+            for _, s, _, _ in self._ready:
+                s.close()
+            self._hello.clear()
+            self._ready.clear()
+            self._sel.close()
+            self._sock.close()
+
+    def accept(self, token: str, *, timeout: Optional[float] = None) -> Client:
+        """Wait (up to ``timeout`` seconds; None: no limit) for the relayd of
+        the trial with this token; ReplyTimeoutError when none came."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        want = token.encode()
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise ConnectionLostError("the listener is closed")
+                for i, (tok, sock, ready, rest) in enumerate(self._ready):
+                    if hmac.compare_digest(tok.encode(), want):
+                        del self._ready[i]
+                        sock.setblocking(True)
+                        c = Client("", token, teardown_budget=self.teardown_budget, _sock=sock, _buffer=rest)
+                        c.first_ready = Ready._parse(ready)
+                        return c
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise ReplyTimeoutError(f"no relayd with this trial's token dialed {self.address[0]}:{self.address[1]} in time")
+                self._pump(0.05)
+
+    def _pump(self, wait: float) -> None:
+        now = time.monotonic()
+        for sock, (_, expires) in list(self._hello.items()):
+            if now >= expires:
+                self._drop(sock)
+        for key, _ in self._sel.select(wait):
+            obj = key.fileobj
+            if obj is self._sock:
+                self._take()
+            elif isinstance(obj, socket.socket):
+                self._read_hello(obj)
+
+    def _take(self) -> None:
+        try:
+            conn, _ = self._sock.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            return  # out of descriptors, or the peer gave up: the next one may do
+        if len(self._hello) + len(self._ready) >= self.max_pending:
+            conn.close()
+            return
+        conn.setblocking(False)
+        self._hello[conn] = (bytearray(), time.monotonic() + self.handshake_timeout)
+        self._sel.register(conn, selectors.EVENT_READ)
+
+    def _read_hello(self, sock: socket.socket) -> None:
+        buf, _ = self._hello[sock]
+        try:
+            chunk = sock.recv(1 << 16)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if not chunk or len(buf) + len(chunk) > 1 << 20:
+            self._drop(sock)
+            return
+        buf += chunk
+        i = buf.find(b"\n")
+        if i < 0:
+            return
+        try:
+            msg = _wire.decode(bytes(buf[: i + 1]))
+        except UnexpectedReplyError:
+            self._drop(sock)
+            return
+        token = msg.get("token")
+        if msg["kind"] != "ready" or not isinstance(token, str):
+            self._drop(sock)
+            return
+        self._sel.unregister(sock)
+        del self._hello[sock]
+        self._ready.append((token, sock, msg, bytes(buf[i + 1 :])))
+
+    def _drop(self, sock: socket.socket) -> None:
+        self._sel.unregister(sock)
+        del self._hello[sock]
+        sock.close()
+
+
+def serve(
+    address: Address = ("127.0.0.1", 0),
+    *,
+    handshake_timeout: float = 10.0,
+    max_pending: int = 1024,
+    teardown_budget: float = _wire.DEFAULT_TEARDOWN_BUDGET,
+) -> Listener:
+    """Listen for dial-out relayds on ``address`` (default: a free port on
+    the loopback). Use the Listener as a context manager."""
+    return Listener(address, handshake_timeout=handshake_timeout, max_pending=max_pending, teardown_budget=teardown_budget)

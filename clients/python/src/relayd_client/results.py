@@ -1,0 +1,227 @@
+"""Replies as dataclasses: Ready, Executed (with Survivor and Diagnostic),
+Verified, and Output for streamed output (protocol sections 4 and 4.5).
+
+Fields are read leniently: a field relayd did not send is None (or empty),
+so that a newer client works with an older relayd, and ``raw`` keeps the
+whole message for fields this client does not know yet."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
+
+from .errors import UnexpectedReplyError
+
+__all__ = [
+    "Ready",
+    "Executed",
+    "Verified",
+    "Survivor",
+    "Diagnostic",
+    "Output",
+    "EXITED",
+    "FRAMEWORK_TIMEOUT",
+    "NONE",
+    "SETTLED",
+    "DESTROYED",
+    "FAILED",
+]
+
+Id = Union[int, str]
+
+# termination
+EXITED = "exited"
+FRAMEWORK_TIMEOUT = "framework_timeout"
+# settlement
+NONE = "none"
+SETTLED = "settled"
+DESTROYED = "destroyed"
+FAILED = "failed"
+
+
+def _get(msg: Mapping[str, Any], name: str, typ: Any, default: Any = None) -> Any:
+    v = msg.get(name, default)
+    if v is None:
+        return default
+    if typ is int and isinstance(v, bool):
+        raise UnexpectedReplyError(f"relayd's {msg.get('kind')} reply: field {name!r} is not an integer")
+    if not isinstance(v, typ):
+        raise UnexpectedReplyError(f"relayd's {msg.get('kind')} reply: field {name!r} has the wrong type")
+    return v
+
+
+@dataclass(frozen=True)
+class Survivor:
+    """A process of an exited subject's scope that was left running."""
+
+    pid: int
+    argv: Tuple[str, ...]
+
+    @classmethod
+    def _parse(cls, v: Any) -> "Survivor":
+        if not isinstance(v, dict):
+            raise UnexpectedReplyError("relayd's reply: a survivor is not an object")
+        argv = _get(v, "argv", list, [])
+        return cls(pid=_get(v, "pid", int, 0), argv=tuple(str(a) for a in argv))
+
+
+def _survivors(msg: Mapping[str, Any]) -> Tuple[Survivor, ...]:
+    return tuple(Survivor._parse(s) for s in _get(msg, "survivors", list, []))
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """What the result carrier found (protocol section 5): ``category`` is
+    ``none`` or a ``result-frame-*``/``unstructured-output``/
+    ``execution-scope-unavailable`` category, with the carrier's size and
+    digest for all but ``none``."""
+
+    category: str
+    bytes: Optional[int] = None
+    sha256: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Ready:
+    """relayd's ``ready``: who it is and where executions run."""
+
+    instruction: str
+    cwd: str
+    protocol: Optional[int]
+    version: str
+    scope: str
+    detached: Tuple[str, ...] = ()
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def _parse(cls, msg: Dict[str, Any]) -> "Ready":
+        return cls(
+            instruction=_get(msg, "instruction", str, ""),
+            cwd=_get(msg, "cwd", str, ""),
+            protocol=_get(msg, "protocol", int),
+            version=_get(msg, "version", str, ""),
+            scope=_get(msg, "scope", str, ""),
+            detached=tuple(_get(msg, "detached", list, [])),
+            raw=msg,
+        )
+
+
+@dataclass(frozen=True)
+class Executed:
+    """The ``executed`` reply: how one execution ended.
+
+    ``termination`` is ``exited`` (the subject ended by itself, or never
+    started) or ``framework_timeout`` (the framework ended it: deadline,
+    verify, transport loss, shutdown; ``exit_code`` 124). ``settlement`` is
+    what relayd did to the scope: ``none``, ``settled``, ``destroyed`` or
+    ``failed``; the last two mean the environment cannot be trusted.
+    """
+
+    id: Optional[Id]
+    termination: str
+    exit_code: int
+    stdout: str
+    diagnostic: Diagnostic
+    execution: str
+    settlement: str
+    survivors: Tuple[Survivor, ...]
+    survivors_omitted: int = 0
+    mechanism: str = ""
+    signal: Optional[str] = None
+    stdout_truncated: Optional[bool] = None
+    detail: Optional[str] = None
+    duration_ms: Optional[int] = None
+    # Extensions (protocol 4.5): present when relayd supports them and they were asked for.
+    stderr: Optional[str] = None
+    stderr_truncated: Optional[bool] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def duration(self) -> Optional[float]:
+        """The subject's wall time in seconds (None when relayd did not say)."""
+        return None if self.duration_ms is None else self.duration_ms / 1000.0
+
+    @property
+    def timed_out(self) -> bool:
+        """The framework ended the subject (``framework_timeout``)."""
+        return self.termination == FRAMEWORK_TIMEOUT
+
+    @property
+    def environment_trusted(self) -> bool:
+        """False when settling could not be confirmed (``destroyed`` or
+        ``failed``): discard the environment, do not score it."""
+        return self.settlement in (NONE, SETTLED)
+
+    @classmethod
+    def _parse(cls, msg: Dict[str, Any]) -> "Executed":
+        d = _get(msg, "diagnostic", dict, {})
+        scope = _get(msg, "scope", dict, {})
+        if "exitCode" not in msg or "termination" not in msg:
+            raise UnexpectedReplyError("relayd's executed reply has no exitCode or termination")
+        return cls(
+            id=msg.get("id"),
+            termination=_get(msg, "termination", str),
+            exit_code=_get(msg, "exitCode", int),
+            stdout=_get(msg, "stdout", str, ""),
+            diagnostic=Diagnostic(
+                category=_get(d, "category", str, "none"),
+                bytes=_get(d, "bytes", int),
+                sha256=_get(d, "sha256", str),
+            ),
+            execution=_get(msg, "execution", str, ""),
+            settlement=_get(msg, "settlement", str, ""),
+            survivors=_survivors(msg),
+            survivors_omitted=_get(msg, "survivorsOmitted", int, 0),
+            mechanism=_get(scope, "mechanism", str, ""),
+            signal=_get(msg, "signal", str),
+            stdout_truncated=_get(msg, "stdoutTruncated", bool),
+            detail=_get(msg, "detail", str),
+            duration_ms=_get(msg, "durationMs", int),
+            stderr=_get(msg, "stderr", str),
+            stderr_truncated=_get(msg, "stderrTruncated", bool),
+            raw=msg,
+        )
+
+
+@dataclass(frozen=True)
+class Verified:
+    """The ``verified`` reply: ``quiescent`` is true when nothing of this
+    session runs and every settlement was confirmed; ``survivors`` are the
+    processes exited subjects left running (part of what is scored)."""
+
+    id: Optional[Id]
+    quiescent: bool
+    survivors: Tuple[Survivor, ...]
+    survivors_omitted: int = 0
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def _parse(cls, msg: Dict[str, Any]) -> "Verified":
+        return cls(
+            id=msg.get("id"),
+            quiescent=_get(msg, "quiescent", bool, False),
+            survivors=_survivors(msg),
+            survivors_omitted=_get(msg, "survivorsOmitted", int, 0),
+            raw=msg,
+        )
+
+
+@dataclass(frozen=True)
+class Output:
+    """A chunk of live output (``stream: true``, protocol 4.5): ``stream``
+    is ``stdout`` or ``stderr``; ``dropped`` counts bytes relayd left out
+    since the previous chunk because the connection fell behind."""
+
+    execution: str
+    stream: str
+    data: str
+    dropped: int = 0
+
+    @classmethod
+    def _parse(cls, msg: Dict[str, Any]) -> "Output":
+        return cls(
+            execution=_get(msg, "execution", str, ""),
+            stream=_get(msg, "stream", str, ""),
+            data=_get(msg, "data", str, ""),
+            dropped=_get(msg, "dropped", int, 0),
+        )

@@ -1,0 +1,216 @@
+"""Starts the real relayd for the tests: TEST_RELAYD_BIN names the binary
+(make pytest passes bin/relayd); without it, the tests build one from this
+repository with go build, once per run."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from typing import Dict, List, Optional
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+_built: Optional[str] = None
+
+
+def relayd_binary() -> str:
+    global _built
+    env = os.environ.get("TEST_RELAYD_BIN")
+    if env:
+        return env
+    if _built is None:
+        d = tempfile.mkdtemp(prefix="relayd-pytest-bin-")
+        atexit.register(shutil.rmtree, d, True)
+        out = os.path.join(d, "relayd")
+        subprocess.run(["go", "build", "-o", out, "./cmd/relayd"], cwd=REPO, check=True, timeout=600)
+        _built = out
+    return _built
+
+
+def new_token() -> str:
+    return "tok-" + secrets.token_hex(16)
+
+
+def wait_for(what: str, cond, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
+class Relayd:
+    """One relayd under test, in listen mode on a free loopback port or, with
+    connect, dialing out. Its subjects' leftovers are killed by close()."""
+
+    def __init__(self, *args: str, connect: Optional[str] = None, token: Optional[str] = None) -> None:
+        self.dir = tempfile.mkdtemp(prefix="relayd-pytest-")
+        self.workspace = os.path.join(self.dir, "workspace")
+        os.mkdir(self.workspace)
+        self.token = token or new_token()
+        token_file = os.path.join(self.dir, "token")
+        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(self.token + "\n")
+        argv = [relayd_binary(), "--token-file", token_file, "--workspace", self.workspace,
+                "--state-dir", os.path.join(self.dir, "state"), "--term-grace", "300ms", "--teardown-timeout", "3s"]
+        argv += ["--connect", connect] if connect else ["--listen", "127.0.0.1:0"]
+        argv += list(args)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYD_")}
+        self.log_path = os.path.join(self.dir, "log")
+        with open(self.log_path, "wb") as log:
+            # Its own session: signals a subject sends to its group reach only relayd.
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                                         start_new_session=True)
+        self.addr = ""
+        if connect is None:
+            try:
+                wait_for("relayd to listen", self._listening, 20)
+            except AssertionError:
+                self.close()
+                raise
+
+    def _listening(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"relayd exited {self.proc.returncode} at start: {self.logs()}")
+        for line in self.logs().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("message") == "listening":
+                self.addr = rec["addr"]
+                return True
+        return False
+
+    def logs(self) -> str:
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def descendants(self) -> List[int]:
+        """Every live process below relayd: subjects and what they left."""
+        children: Dict[int, List[int]] = {}
+        for e in os.listdir("/proc"):
+            if not e.isdigit():
+                continue
+            try:
+                with open(f"/proc/{e}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(b")") + 2:].split()
+            if fields[0] in (b"Z", b"X"):
+                continue
+            children.setdefault(int(fields[1]), []).append(int(e))
+        out: List[int] = []
+        todo = [self.proc.pid]
+        while todo:
+            for c in children.get(todo.pop(), []):
+                out.append(c)
+                todo.append(c)
+        return out
+
+    def kill_leftovers(self) -> None:
+        for pid in self.descendants():
+            try:
+                os.kill(pid, signal.SIGKILL)  # started by this test's relayd
+            except ProcessLookupError:
+                pass
+
+    def stop(self) -> int:
+        """SIGTERM (relayd settles what runs) and relayd's exit status."""
+        self.kill_leftovers()
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(15)
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.kill_leftovers()
+            self.proc.kill()
+        self.proc.wait(15)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class NoLeaks:
+    """Mixin: fails a test that left an object whose finalizer complained
+    (an unclosed socket, transport or file: ResourceWarning, which -W error
+    turns into an exception that Python can only report as unraisable)."""
+
+    def _leak_setup(self) -> None:
+        import sys
+
+        self._unraisable: List[str] = []
+        self._old_hook = sys.unraisablehook
+
+        def hook(u: "sys.UnraisableHookArgs") -> None:
+            self._unraisable.append(f"{u.exc_type.__name__}: {u.exc_value} ({u.object!r})")
+
+        sys.unraisablehook = hook
+
+    def _leak_check(self) -> None:
+        import gc
+        import sys
+
+        gc.collect()
+        sys.unraisablehook = self._old_hook
+        if self._unraisable:
+            raise AssertionError("left unclosed: " + "; ".join(self._unraisable))
+
+
+def subject_pythonpath() -> str:
+    """Where a Python subject finds relayd_client: the directory this run imports it from."""
+    import relayd_client
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(relayd_client.__file__)))
+
+
+def read_pid(path: str, timeout: float = 10.0) -> int:
+    """The pid a subject wrote to path."""
+    pid = 0
+
+    def ok() -> bool:
+        nonlocal pid
+        try:
+            with open(path) as f:
+                pid = int(f.read().split()[0])
+            return True
+        except (OSError, ValueError, IndexError):
+            return False
+
+    wait_for("pid file " + os.path.basename(path), ok, timeout)
+    return pid
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
+
+
+import unittest  # noqa: E402
+
+
+class RelaydTest(NoLeaks, unittest.TestCase):
+    """A test with a leak check and a helper to start relayds that are
+    stopped (or killed) when the test ends."""
+
+    def setUp(self) -> None:
+        self._leak_setup()
+        self.addCleanup(self._leak_check)  # runs last: after every other cleanup
+
+    def relayd(self, *args: str, connect: Optional[str] = None, token: Optional[str] = None) -> Relayd:
+        d = Relayd(*args, connect=connect, token=token)
+        self.addCleanup(d.close)
+        return d
