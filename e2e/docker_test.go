@@ -100,26 +100,52 @@ func evalImage(t *testing.T) string {
 
 // trial is one container started with the README's docker run.
 type trial struct {
-	t     *testing.T
-	name  string
-	token string
-	addr  string // the published port on 127.0.0.1
+	t         *testing.T
+	name      string
+	token     string
+	tokenFile string
+	image     string
+	addr      string // the published port on 127.0.0.1
 }
 
 // startTrial runs a script of deploy/docker that the README prints (run.sh:
-// relayd as PID 1; exec.sh: relayd started into a running container).
-func startTrial(t *testing.T, script string) *trial {
+// relayd as PID 1; exec.sh: relayd started into a running container), with
+// env (NAME=value) added to the variables it gets.
+func startTrial(t *testing.T, script string, env ...string) *trial {
 	t.Helper()
-	image := evalImage(t)
+	return startTrialText(t, script, readDeploy(t, script), env...)
+}
+
+// readDeploy returns the text of a script of deploy/docker.
+func readDeploy(t *testing.T, script string) string {
+	t.Helper()
 	text, err := os.ReadFile(filepath.Join("..", "deploy", "docker", script))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := &trial{t: t, name: "relayd-test-" + strings.TrimPrefix(newToken(), "tok-")[:12], token: newToken()}
+	return string(text)
+}
+
+// startTrialText is startTrial with the script's text given: a variant of
+// one the README prints.
+func startTrialText(t *testing.T, script, text string, env ...string) *trial {
+	t.Helper()
+	tr := newTrial(t)
+	if err := tr.run(script, text, env...); err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+// newTrial names a trial, makes its token and token file and registers the
+// removal of its container; tr.run starts it.
+func newTrial(t *testing.T) *trial {
+	t.Helper()
+	tr := &trial{t: t, name: "relayd-test-" + strings.TrimPrefix(newToken(), "tok-")[:12], token: newToken(), image: evalImage(t)}
 	// The token file: owned by the container's user (root here), mode 0600,
 	// mounted read-only; never on a command line.
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte(tr.token+"\n"), 0o600); err != nil {
+	tr.tokenFile = filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tr.tokenFile, []byte(tr.token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -131,20 +157,29 @@ func startTrial(t *testing.T, script string) *trial {
 			t.Errorf("removing %s: %v", tr.name, err)
 		}
 	})
+	return tr
+}
+
+// run runs the script that starts the trial's container and reads the
+// published address it prints last. It does not touch tr.t: it may run on
+// any goroutine.
+func (tr *trial) run(script, text string, env ...string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "/bin/sh", "-ec", string(text))
-	cmd.Env = append(cleanEnv(), "TRIAL="+tr.name, "TOKEN_FILE="+tokenFile, "IMAGE="+image)
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-ec", text)
+	cmd.Env = append(append(cleanEnv(), "TRIAL="+tr.name, "TOKEN_FILE="+tr.tokenFile, "IMAGE="+tr.image), env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("deploy/docker/%s: %v: %s", script, err, out)
+		return fmt.Errorf("deploy/docker/%s: %v: %s", script, err, out)
 	}
 	lines := strings.Fields(string(out))
-	tr.addr = lines[len(lines)-1]
-	if host, _, err := net.SplitHostPort(tr.addr); err != nil || host != "127.0.0.1" {
-		t.Fatalf("docker port printed %q; want 127.0.0.1:PORT", out)
+	if len(lines) > 0 {
+		tr.addr = lines[len(lines)-1]
 	}
-	return tr
+	if host, _, err := net.SplitHostPort(tr.addr); err != nil || host != "127.0.0.1" {
+		return fmt.Errorf("deploy/docker/%s: docker port printed %q; want 127.0.0.1:PORT", script, out)
+	}
+	return nil
 }
 
 // connect retries until relayd answers ready through the published port
@@ -153,7 +188,18 @@ func startTrial(t *testing.T, script string) *trial {
 func (tr *trial) connect() (*client, msg) {
 	t := tr.t
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	c, r, m, err := tr.handshake(30 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &client{t: t, c: c, r: r, token: tr.token}, m
+}
+
+// handshake is connect without tr.t, for any goroutine: the connection,
+// its reader and the ready reply.
+func (tr *trial) handshake(timeout time.Duration) (net.Conn, *bufio.Reader, msg, error) {
+	deadline := time.Now().Add(timeout)
 	hello, _ := json.Marshal(msg{"token": tr.token, "kind": "ready"})
 	var last error
 	for time.Now().Before(deadline) {
@@ -170,19 +216,18 @@ func (tr *trial) connect() (*client, msg) {
 				d := json.NewDecoder(bytes.NewReader(line))
 				d.UseNumber()
 				if err := d.Decode(&m); err != nil || m["kind"] != "ready" {
-					t.Fatalf("handshake: got %q; want ready", line)
+					c.Close()
+					return nil, nil, nil, fmt.Errorf("handshake with %s: got %q; want ready", tr.name, line)
 				}
 				_ = c.SetDeadline(time.Time{})
-				t.Cleanup(func() { c.Close() })
-				return &client{t: t, c: c, r: r, token: tr.token}, m
+				return c, r, m, nil
 			}
 			c.Close()
 		}
 		last = err
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("relayd in %s did not answer ready on %s within 30s: %v", tr.name, tr.addr, last)
-	return nil, nil
+	return nil, nil, nil, fmt.Errorf("relayd in %s did not answer ready on %s within %s: %v", tr.name, tr.addr, timeout, last)
 }
 
 // exec runs a command inside the container and returns its output.

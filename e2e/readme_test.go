@@ -109,10 +109,21 @@ func TestReadmeNetcatSession(t *testing.T) {
 	}
 	d := startRelayd(t, opts{args: []string{"--term-grace", "2s", "--teardown-timeout", "10s"}})
 	_, port, _ := net.SplitHostPort(d.addr)
+	runNetcatSession(t, examples, port, d.token, func(pid int) {
+		t.Cleanup(func() { killPid(pid) }) // the README's service, started by this test
+	})
+	d.stopClean()
+}
+
+// runNetcatSession runs the README's netcat commands as printed, with port
+// for 7700 and T the token, and compares each reply with the README's.
+// survivor gets the pid of every survivor a reply lists.
+func runNetcatSession(t *testing.T, examples []readmeExample, port, token string, survivor func(pid int)) {
+	t.Helper()
 	for _, ex := range examples {
 		script := strings.ReplaceAll(ex.command, "127.0.0.1 7700", "127.0.0.1 "+port)
 		cmd := exec.Command("bash", "-c", script)
-		cmd.Env = append(cleanEnv(), "T="+d.token)
+		cmd.Env = append(cleanEnv(), "T="+token)
 		var stdout bytes.Buffer
 		cmd.Stdout = &stdout
 		cmd.Stderr = &stdout
@@ -139,7 +150,7 @@ func TestReadmeNetcatSession(t *testing.T) {
 			if survivors, ok := m["survivors"].([]any); ok {
 				for _, s := range survivors {
 					pid := int(s.(map[string]any)["pid"].(float64))
-					t.Cleanup(func() { killPid(pid) }) // the README's service, started by this test
+					survivor(pid)
 				}
 			}
 			got = append(got, comparable(m))
@@ -152,7 +163,6 @@ func TestReadmeNetcatSession(t *testing.T) {
 			t.Errorf("%s\ngot  %v\nwant %v (README.md)", ex.command, got, want)
 		}
 	}
-	d.stopClean()
 }
 
 // The README's container section prints the files of deploy/ that make
@@ -173,7 +183,8 @@ func TestReadmeContainerExamplesAreTheTestedFiles(t *testing.T) {
 		section = section[:end+3]
 	}
 	for _, name := range []string{"docker/Dockerfile", "docker/run.sh", "docker/exec.sh",
-		"docker/network.sh", "docker/dialout.sh", "compose/compose.yaml"} {
+		"docker/network.sh", "docker/dialout.sh", "compose/compose.yaml",
+		"docker/nc.sh", "docker/run-cgroup.sh", "docker/rm-cgroup.sh"} {
 		file, err := os.ReadFile(filepath.Join("..", "deploy", name))
 		if err != nil {
 			t.Fatal(err)

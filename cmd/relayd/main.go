@@ -49,6 +49,9 @@ type exitError struct {
 func (e *exitError) Error() string { return e.err.Error() }
 
 func main() {
+	// relayd re-executed as the helper that moves a subject into its cgroup
+	// leaf where clone3 is refused: it execs the subject and never returns.
+	exec.EnterCgroupHelper()
 	err := run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	if err == nil {
 		return

@@ -41,7 +41,7 @@ func chooseScope(ctx context.Context, o options, r *exec.Reaper, t *exec.Tracker
 		}
 		home := cg.Base
 		if o.cgroupRoot != "" {
-			if own, err := env.FindCgroup2(""); err == nil {
+			if own, err := env.FindCgroup2(""); err == nil && !own.Outside {
 				home = own.Base
 			}
 		}
@@ -59,9 +59,15 @@ func chooseScope(ctx context.Context, o options, r *exec.Reaper, t *exec.Tracker
 			Msg("scope mechanism chosen")
 		return pg, nil
 	}
+	why := "a cgroup v2 leaf per execution was created, used and removed at startup"
+	if c.EntersByHelper() {
+		why += "; clone3 is refused here (a seccomp filter), so each command moves itself into its leaf through relayd's helper before it execs"
+	}
+	if cg.Outside {
+		why += "; relayd's own cgroup is in no cgroup2 mount, so the top of " + cg.Mount + " is the base"
+	}
 	log.Info().Str("scope", exec.Cgroup).Str("requested", o.scope).Bool("pid1", host.PID1).
-		Str("subtree", c.Subtree()).Str("why", "a cgroup v2 leaf per execution was created, used and removed at startup").
-		Msg("scope mechanism chosen")
+		Str("subtree", c.Subtree()).Str("why", why).Msg("scope mechanism chosen")
 	return scopes{mechanism: exec.Cgroup, newScope: c.NewScope, release: c.Release}, nil
 }
 

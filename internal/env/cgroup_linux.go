@@ -13,6 +13,10 @@ import (
 type Cgroup2 struct {
 	Mount string // where the hierarchy is mounted, e.g. /sys/fs/cgroup or /sys/fs/cgroup/unified
 	Base  string // relayd's own cgroup in it, as a directory path
+	// Outside says that relayd's own cgroup is in no cgroup2 mount, and Base
+	// is the top of Mount: a subtree given to relayd, where it stays when it
+	// gives its subtree up.
+	Outside bool
 }
 
 // ErrNoCgroup2 means no cgroup v2 hierarchy was found.
@@ -20,9 +24,12 @@ var ErrNoCgroup2 = errors.New("env: no cgroup v2 hierarchy")
 
 // FindCgroup2 locates relayd's cgroup in a cgroup v2 hierarchy: the one at
 // /sys/fs/cgroup when that is cgroup2, else another cgroup2 mount such as the
-// hybrid layout's /sys/fs/cgroup/unified. With root set (--cgroup-root) that
-// directory is used as the base as it is. It does not check that the
-// hierarchy is writable; internal/exec proves that by using it.
+// hybrid layout's /sys/fs/cgroup/unified. When relayd's cgroup is in no
+// cgroup2 mount, the base is the top of a mount (the same preference): a
+// container given a cgroup2 subtree of its own with a bind mount runs in the
+// container's cgroup, elsewhere in the hierarchy. With root set
+// (--cgroup-root) that directory is used as the base as it is. It does not
+// check that the hierarchy is writable; internal/exec proves that by using it.
 func FindCgroup2(root string) (Cgroup2, error) {
 	if root != "" {
 		if _, err := os.Stat(filepath.Join(root, "cgroup.procs")); err != nil {
@@ -30,29 +37,59 @@ func FindCgroup2(root string) (Cgroup2, error) {
 		}
 		return Cgroup2{Mount: root, Base: root}, nil
 	}
-	mounts, err := cgroup2Mounts("/proc/self/mountinfo")
+	return findCgroup2("/proc/self/mountinfo", "/proc/self/cgroup")
+}
+
+// findCgroup2 is FindCgroup2 without a root, reading the given mountinfo
+// and cgroup files.
+func findCgroup2(mountinfo, cgroup string) (Cgroup2, error) {
+	mounts, err := cgroup2Mounts(mountinfo)
 	if err != nil {
 		return Cgroup2{}, err
 	}
 	if len(mounts) == 0 {
 		return Cgroup2{}, fmt.Errorf("%w: /proc/self/mountinfo lists no cgroup2 mount", ErrNoCgroup2)
 	}
-	self, err := selfCgroup2("/proc/self/cgroup")
+	self, err := selfCgroup2(cgroup)
 	if err != nil {
 		return Cgroup2{}, err
 	}
-	// Prefer the unified layout's standard place.
-	best := mounts[0]
+	// Prefer a mount that holds relayd's cgroup, the unified layout's
+	// standard place first; else the top of one, in the same order.
+	var found *Cgroup2
 	for _, m := range mounts {
-		if m.point == "/sys/fs/cgroup" {
-			best = m
+		rel, ok := below(self, m.root)
+		if ok && (found == nil || m.point == "/sys/fs/cgroup") {
+			found = &Cgroup2{Mount: m.point, Base: filepath.Join(m.point, rel)}
 		}
 	}
-	rel, ok := strings.CutPrefix(self, best.root)
-	if !ok {
-		return Cgroup2{}, fmt.Errorf("%w: relayd's cgroup %s is outside the mounted part %s of %s", ErrNoCgroup2, self, best.root, best.point)
+	if found != nil {
+		return *found, nil
 	}
-	return Cgroup2{Mount: best.point, Base: filepath.Join(best.point, rel)}, nil
+	top := mounts[0]
+	for _, m := range mounts {
+		if m.point == "/sys/fs/cgroup" {
+			top = m
+		}
+	}
+	return Cgroup2{Mount: top.point, Base: top.point, Outside: true}, nil
+}
+
+// below returns path relative to root when path is root or below it.
+// Paths in another cgroup namespace's view begin with "/..": they are
+// below no mount that does not begin the same way.
+func below(path, root string) (string, bool) {
+	if path == "/.." || strings.HasPrefix(path, "/../") {
+		return "", false // the mount's view is this namespace's: path is outside it
+	}
+	if root == "/" {
+		return path, strings.HasPrefix(path, "/")
+	}
+	if path == root {
+		return "", true
+	}
+	rel, ok := strings.CutPrefix(path, root+"/")
+	return rel, ok
 }
 
 // rootError is FindCgroup2's error for a root that is no cgroup v2

@@ -42,6 +42,9 @@ type Cgroups struct {
 	subtree string // BASE/relayd-PID
 	next    atomic.Uint64
 	hasKill bool
+	// viaHelper: clone3 is refused here, so subjects enter their leaf
+	// through the helper (enter_linux.go) instead of being born in it.
+	viaHelper bool
 
 	mu      sync.Mutex
 	pending map[*cgScope]bool // leaves with survivors, removed once empty
@@ -79,7 +82,12 @@ func NewCgroups(ctx context.Context, r *Reaper, base, home string) (*Cgroups, er
 	c.removeEmptyLeaves()
 	_, err := os.Stat(filepath.Join(daemon, "cgroup.kill"))
 	c.hasKill = err == nil && !faultNoCgroupKill()
-	if err := c.probe(r); err != nil {
+	err = c.probe(r)
+	if err != nil && refusedClone3(err) {
+		c.viaHelper = true
+		err = c.probe(r)
+	}
+	if err != nil {
 		c.Release()
 		return nil, err
 	}
@@ -107,12 +115,13 @@ func (c *Cgroups) probe(r *Reaper) error {
 	if err != nil {
 		exe = "/proc/self/exe"
 	}
-	pid, _, exited, err := r.ForkExec(exe, []string{"relayd", "--version"},
+	pid, _, exited, err := launch(r, sc, exe, []string{"relayd", "--version"},
 		&syscall.ProcAttr{Files: []uintptr{devnull.Fd(), devnull.Fd(), devnull.Fd()}, Sys: sys})
+	sc.started(pid)
 	if err != nil {
+		sc.remove()
 		return fmt.Errorf("exec.probe: cannot start a process inside a cgroup leaf: %w", err)
 	}
-	sc.started(pid)
 	select {
 	case <-exited:
 	case <-time.After(10 * time.Second):
@@ -231,6 +240,10 @@ func (c *Cgroups) sweep(ctx context.Context) {
 	}
 }
 
+// EntersByHelper says that clone3 is refused here, so that each subject
+// moves itself into its leaf through relayd's helper before it execs.
+func (c *Cgroups) EntersByHelper() bool { return c.viaHelper }
+
 // Subtree is relayd's own part of the hierarchy.
 func (c *Cgroups) Subtree() string { return c.subtree }
 
@@ -265,12 +278,22 @@ type cgScope struct {
 	c       *Cgroups
 	dir     string
 	fd      int         // the leaf, open for clone3 until the subject runs
+	procsW  *os.File    // the leaf's cgroup.procs, open for the helper until the subject runs
 	removed atomic.Bool // the leaf was removed, which the kernel allows only when it is empty
 }
 
 func (s *cgScope) Mechanism() string { return Cgroup }
 
 func (s *cgScope) prepare(attr *syscall.SysProcAttr) error {
+	attr.Setsid = true // a session too: a terminal-less subject, like the process-group mechanism
+	if s.c.viaHelper {
+		f, err := os.OpenFile(filepath.Join(s.dir, "cgroup.procs"), os.O_WRONLY, 0)
+		if err != nil {
+			return fmt.Errorf("cannot open %s/cgroup.procs: %w", s.dir, err)
+		}
+		s.procsW = f
+		return nil
+	}
 	fd, err := unix.Open(s.dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("cannot open cgroup leaf %s: %w", s.dir, err)
@@ -278,14 +301,19 @@ func (s *cgScope) prepare(attr *syscall.SysProcAttr) error {
 	s.fd = fd
 	attr.UseCgroupFD = true
 	attr.CgroupFD = fd
-	attr.Setsid = true // a session too: a terminal-less subject, like the process-group mechanism
 	return nil
 }
+
+func (s *cgScope) procsFile() *os.File { return s.procsW }
 
 func (s *cgScope) started(int) {
 	if s.fd >= 0 {
 		unix.Close(s.fd)
 		s.fd = -1
+	}
+	if s.procsW != nil {
+		s.procsW.Close()
+		s.procsW = nil
 	}
 }
 

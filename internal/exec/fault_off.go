@@ -17,3 +17,6 @@ func faultCgroupRead() error  { return nil }
 
 // faultNoCgroupKill is a test seam: the relayd_faults build can hide cgroup.kill.
 func faultNoCgroupKill() bool { return false }
+
+// faultNoClone3 is a test seam: the relayd_faults build can refuse clone3.
+func faultNoClone3() bool { return false }

@@ -42,3 +42,8 @@ func faultCgroupRead() error {
 // faultNoCgroupKill makes relayd act as on a kernel without cgroup.kill
 // (freeze, kill each, thaw) when RELAYD_FAULT_NO_CGROUP_KILL is set.
 func faultNoCgroupKill() bool { return os.Getenv("RELAYD_FAULT_NO_CGROUP_KILL") != "" }
+
+// faultNoClone3 makes relayd act as where a seccomp filter refuses clone3
+// (the cgroup mechanism's subjects enter their leaf through the helper)
+// when RELAYD_FAULT_NO_CLONE3 is set.
+func faultNoClone3() bool { return os.Getenv("RELAYD_FAULT_NO_CLONE3") != "" }

@@ -124,7 +124,7 @@ func Start(r *Reaper, scope Scope, spec Spec) (*Subject, error) {
 		Files: []uintptr{devnull.r, outW.Fd(), stderr},
 		Sys:   sys,
 	}
-	pid, tid, exited, err := r.ForkExec(spec.Path, spec.Argv, attr)
+	pid, tid, exited, err := launch(r, scope, spec.Path, spec.Argv, attr)
 	outW.Close()
 	if errW != nil {
 		errW.Close()
@@ -136,6 +136,10 @@ func Start(r *Reaper, scope Scope, spec Spec) (*Subject, error) {
 		outR.Close()
 		if errR != nil {
 			errR.Close()
+		}
+		var se *SpawnError
+		if errors.As(err, &se) {
+			return nil, se
 		}
 		return nil, &SpawnError{Err: errors.Unwrap(err), Stage: "exec"}
 	}
