@@ -59,8 +59,8 @@ type Tracker struct {
 	// remembered (an older complete look still is one), and its orphans
 	// can be a pending scope's.
 	pending map[*pgScope]struct{}
-	walk     bool          // look by following the process tree, not by reading all of /proc
-	kick     chan struct{} // a subject started: rescan at the short interval again
+	walk    bool          // look by following the process tree, not by reading all of /proc
+	kick    chan struct{} // a subject started: rescan at the short interval again
 
 	// unclaimed are orphans that came to relayd and could come from more
 	// than one scope: each maps to the scopes it could come from.
