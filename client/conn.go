@@ -1,0 +1,440 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/relayd/relayd/internal/protocol"
+)
+
+// Message kinds of protocol section 4.
+const (
+	kindReady    = "ready"
+	kindExecute  = "execute"
+	kindExecuted = "executed"
+	kindVerify   = "verify"
+	kindVerified = "verified"
+	kindError    = "error"
+	kindOutput   = "output"  // extension (4.5)
+	kindStarted  = "started" // extension (4.5)
+)
+
+// Defaults of a zero Dialer.
+const (
+	// DefaultTeardownTimeout is relayd's default --teardown-timeout.
+	DefaultTeardownTimeout = 10 * time.Second
+	// DefaultReplyTimeout bounds a reply relayd writes at once (ready,
+	// errors, verify with nothing running); relayd's --write-timeout is 10s.
+	DefaultReplyTimeout = 10 * time.Second
+	// DefaultMaxReplyBytes is the longest reply line read: 1 MiB of stdout
+	// and 1 MiB of stderr, each escaped up to six times, fit.
+	DefaultMaxReplyBytes = 16 << 20
+)
+
+// settleSlack is the "small constant" of protocol rule 6.7 past the
+// teardown deadline, and room for the reply to travel. A variable only so
+// that the package's tests can shorten it.
+var settleSlack = 5 * time.Second
+
+// A Dialer holds what a controller knows of the relayds it talks to. The
+// zero value uses relayd's defaults.
+type Dialer struct {
+	// TeardownTimeout is relayd's --teardown-timeout: how long a settlement
+	// may take. A reply is awaited that long past an execution's Timeout
+	// (or past a Verify) before the client gives up. 0: DefaultTeardownTimeout.
+	TeardownTimeout time.Duration
+	// ReplyTimeout bounds a reply relayd sends at once, and a write.
+	// 0: DefaultReplyTimeout.
+	ReplyTimeout time.Duration
+	// MaxReplyBytes is the longest reply line accepted; a longer one ends
+	// the connection with ErrBadReply. 0: DefaultMaxReplyBytes.
+	MaxReplyBytes int
+}
+
+func (d *Dialer) withDefaults() Dialer {
+	out := Dialer{}
+	if d != nil {
+		out = *d
+	}
+	if out.TeardownTimeout <= 0 {
+		out.TeardownTimeout = DefaultTeardownTimeout
+	}
+	if out.ReplyTimeout <= 0 {
+		out.ReplyTimeout = DefaultReplyTimeout
+	}
+	if out.MaxReplyBytes <= 0 {
+		out.MaxReplyBytes = DefaultMaxReplyBytes
+	}
+	return out
+}
+
+// Dial connects to a relayd that listens on addr (host:port), authenticates
+// with token and does the ready handshake, all within ctx. It is
+// (*Dialer)(nil).Dial: relayd's default timeouts.
+func Dial(ctx context.Context, addr, token string) (*Conn, error) {
+	var d *Dialer
+	return d.Dial(ctx, addr, token)
+}
+
+// Dial connects to a relayd that listens on addr, like the package's Dial,
+// with d's settings.
+func (d *Dialer) Dial(ctx context.Context, addr, token string) (*Conn, error) {
+	cfg := d.withDefaults()
+	var nd net.Dialer
+	nc, err := nd.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("client.Dial %s: %w", addr, err)
+	}
+	c := newConn(nc, protocol.NewLineReader(nc, cfg.MaxReplyBytes), token, cfg)
+	hello, err := c.Ready(ctx)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("client.Dial %s: handshake: %w", addr, err)
+	}
+	c.hello = hello
+	return c, nil
+}
+
+// Conn is one authenticated connection to one relayd. Its methods may be
+// called from several goroutines: Ready and Verify while an Execute waits,
+// as the protocol allows; a second Execute while one runs returns ErrBusy.
+type Conn struct {
+	nc    net.Conn
+	lr    *protocol.LineReader
+	token string
+	cfg   Dialer
+	hello Ready
+
+	wmu sync.Mutex // one write at a time
+
+	mu      sync.Mutex
+	calls   map[string]*call // by id, as relayd echoes it
+	nextID  int64
+	running bool  // an Execute is outstanding
+	err     error // set once: why the connection is over
+	done    chan struct{}
+}
+
+// call is one request waiting for its reply.
+type call struct {
+	reply   chan []byte // the reply line (a copy); buffered 1
+	output  func(Output)
+	started func(string)
+}
+
+func newConn(nc net.Conn, lr *protocol.LineReader, token string, cfg Dialer) *Conn {
+	c := &Conn{nc: nc, lr: lr, token: token, cfg: cfg, calls: map[string]*call{}, done: make(chan struct{})}
+	go c.readLoop()
+	return c
+}
+
+// Handshake returns the ready message relayd sent when the connection was
+// made: its workspace, version, scope mechanism and instruction.
+func (c *Conn) Handshake() Ready { return c.hello }
+
+// RemoteAddr is relayd's address.
+func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
+
+// Close closes the connection. A running execution is then settled by
+// relayd (transport loss); a call still waiting returns ErrClosed.
+func (c *Conn) Close() error {
+	c.fail(ErrClosed)
+	<-c.done
+	return nil
+}
+
+// fail ends the connection for the reason err (the first reason wins) and
+// wakes every waiting call.
+func (c *Conn) fail(err error) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = err
+	}
+	c.mu.Unlock()
+	_ = c.nc.Close()
+}
+
+// readLoop owns the reading side: it hands each reply to the call that
+// waits for its id, until the connection ends. Closing done is its join point.
+func (c *Conn) readLoop() {
+	defer close(c.done)
+	for {
+		line, err := c.lr.ReadLine()
+		if err != nil {
+			if errors.Is(err, protocol.ErrLineTooLong) {
+				c.fail(fmt.Errorf("%w: a reply longer than %d bytes (Dialer.MaxReplyBytes)", ErrBadReply, c.cfg.MaxReplyBytes))
+			} else {
+				c.fail(fmt.Errorf("%w: %v", ErrConnLost, err))
+			}
+			return
+		}
+		var head struct {
+			Kind string          `json:"kind"`
+			ID   json.RawMessage `json:"id"`
+		}
+		if json.Unmarshal(line, &head) != nil {
+			c.fail(fmt.Errorf("%w: a line that is not a JSON object", ErrBadReply))
+			return
+		}
+		c.dispatch(head.Kind, idKey(head.ID), line)
+	}
+}
+
+func idKey(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if len(raw) == 0 || json.Compact(&b, raw) != nil {
+		return ""
+	}
+	return b.String()
+}
+
+func (c *Conn) dispatch(kind, id string, line []byte) {
+	c.mu.Lock()
+	cl := c.calls[id]
+	var all []*call
+	if kind == kindError && cl == nil {
+		// An error relayd could not tie to an id (bad-json,
+		// line-too-long, a line cut short): it concerns every waiting call.
+		for _, x := range c.calls {
+			all = append(all, x)
+		}
+	}
+	c.mu.Unlock()
+	switch {
+	case kind == kindOutput:
+		if cl != nil && cl.output != nil {
+			var o Output
+			if json.Unmarshal(line, &o) == nil {
+				cl.output(o)
+			}
+		}
+	case kind == kindStarted:
+		if cl != nil && cl.started != nil {
+			var s struct {
+				Execution string `json:"execution"`
+			}
+			if json.Unmarshal(line, &s) == nil {
+				cl.started(s.Execution)
+			}
+		}
+	case cl != nil:
+		deliver(cl, line)
+	default:
+		for _, x := range all {
+			deliver(x, line)
+		}
+	}
+}
+
+func deliver(cl *call, line []byte) {
+	select {
+	case cl.reply <- append([]byte(nil), line...):
+	default: // it has its reply already
+	}
+}
+
+// Ready probes relayd and returns its ready reply.
+func (c *Conn) Ready(ctx context.Context) (Ready, error) {
+	var r Ready
+	line, err := c.roundTrip(ctx, map[string]any{"kind": kindReady}, nil, c.cfg.ReplyTimeout)
+	if err == nil {
+		err = decodeReply(line, kindReady, &r)
+	}
+	return r, err
+}
+
+// Verify tells relayd that the subject's time is over (protocol section
+// 4.3). An execution still running on this connection is settled, and its
+// Execute returns FrameworkTimeout, before Verify returns. A relayd that
+// dials out closes the connection and exits after answering.
+func (c *Conn) Verify(ctx context.Context) (Verified, error) {
+	var v Verified
+	line, err := c.roundTrip(ctx, map[string]any{"kind": kindVerify}, nil,
+		c.cfg.ReplyTimeout+c.cfg.TeardownTimeout+settleSlack)
+	if err == nil {
+		err = decodeReply(line, kindVerified, &v)
+	}
+	return v, err
+}
+
+// executeWire is an execute line; field order as in the protocol.
+type executeWire struct {
+	Token         string            `json:"token"`
+	Kind          string            `json:"kind"`
+	ID            int64             `json:"id"`
+	Command       string            `json:"command"`
+	Args          []string          `json:"args,omitempty"`
+	Environment   map[string]string `json:"environment,omitempty"`
+	Credentials   map[string]string `json:"credentials,omitempty"`
+	ResultToken   string            `json:"resultToken,omitempty"`
+	CaptureStdout *bool             `json:"captureStdout,omitempty"`
+	Cwd           string            `json:"cwd,omitempty"`
+	TimeoutMs     int64             `json:"timeoutMs,omitempty"`
+	CaptureStderr bool              `json:"captureStderr,omitempty"`
+	Stream        bool              `json:"stream,omitempty"`
+	OnExit        OnExit            `json:"onExit,omitempty"`
+	DetachMs      int64             `json:"detachMs,omitempty"`
+}
+
+// millis rounds d up to whole milliseconds, so that a Timeout of 1ns is
+// still a deadline.
+func millis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// Execute runs req on relayd and returns its reply. The subject's exit code
+// is in Executed.ExitCode; err is for what kept the reply from coming (an
+// *Error from relayd, ErrBusy, a lost connection, ctx). See the package
+// documentation for cancellation and how long Execute waits.
+func (c *Conn) Execute(ctx context.Context, req Request) (Executed, error) {
+	var e Executed
+	if req.Timeout < 0 || req.Detach < 0 {
+		return e, &Error{Category: ErrBadRequest.Category, Message: "client: Request.Timeout and Request.Detach must not be negative"}
+	}
+	c.mu.Lock()
+	busy := c.running
+	c.running = true
+	c.mu.Unlock()
+	if busy {
+		return e, &Error{Category: ErrBusy.Category, Message: "client: an execution already runs on this connection (one at a time; use another Conn or a Pool)"}
+	}
+	defer func() {
+		c.mu.Lock()
+		c.running = false
+		c.mu.Unlock()
+	}()
+	w := executeWire{Kind: kindExecute, Command: req.Command, Args: req.Args,
+		Environment: req.Environment, Credentials: req.Credentials, ResultToken: req.ResultToken,
+		Cwd: req.Cwd, TimeoutMs: millis(req.Timeout), CaptureStderr: req.CaptureStderr,
+		Stream: req.Output != nil, OnExit: req.OnExit, DetachMs: millis(req.Detach)}
+	if req.DiscardStdout {
+		f := false
+		w.CaptureStdout = &f
+	}
+	wait := time.Duration(math.MaxInt64) // ctx alone bounds it
+	if req.Timeout > 0 {
+		wait = req.Timeout + c.cfg.TeardownTimeout + settleSlack
+	}
+	line, err := c.roundTrip(ctx, &w, &call{output: req.Output, started: req.Started}, wait)
+	if err == nil {
+		err = decodeReply(line, kindExecuted, &e)
+	}
+	return e, err
+}
+
+// roundTrip sends one request and waits for its reply line. msg is a map
+// or an *executeWire; its token and id are set here.
+func (c *Conn) roundTrip(ctx context.Context, msg any, cl *call, wait time.Duration) ([]byte, error) {
+	if cl == nil {
+		cl = &call{}
+	}
+	cl.reply = make(chan []byte, 1)
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return nil, err
+	}
+	c.nextID++
+	id := c.nextID
+	key := strconv.FormatInt(id, 10)
+	c.calls[key] = cl
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.calls, key)
+		c.mu.Unlock()
+	}()
+
+	switch m := msg.(type) {
+	case map[string]any:
+		m["token"], m["id"] = c.token, id
+	case *executeWire:
+		m.Token, m.ID = c.token, id
+	}
+	b, err := json.Marshal(msg)
+	if err != nil {
+		return nil, fmt.Errorf("client: encoding a request: %w", err)
+	}
+	if err := c.write(append(b, '\n')); err != nil {
+		return nil, err
+	}
+
+	var timeout <-chan time.Time
+	if wait < time.Duration(math.MaxInt64) {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case line := <-cl.reply:
+		return line, nil
+	case <-ctx.Done():
+		c.fail(fmt.Errorf("%w: the caller's context ended", ErrClosed))
+		return nil, ctx.Err()
+	case <-timeout:
+		c.fail(ErrReplyOverdue)
+		return nil, fmt.Errorf("%w (waited %s)", ErrReplyOverdue, wait)
+	case <-c.done:
+		select { // a reply that came with the end of the stream
+		case line := <-cl.reply:
+			return line, nil
+		default:
+		}
+		c.mu.Lock()
+		err := c.err
+		c.mu.Unlock()
+		return nil, err
+	}
+}
+
+func (c *Conn) write(b []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.ReplyTimeout))
+	if _, err := c.nc.Write(b); err != nil {
+		c.fail(fmt.Errorf("%w: writing a request: %v", ErrConnLost, err))
+		c.mu.Lock()
+		err := c.err
+		c.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// decodeReply decodes line, which should be of kind want, into v; an error
+// reply becomes an *Error.
+func decodeReply(line []byte, want string, v any) error {
+	var head struct {
+		Kind  string `json:"kind"`
+		Error *Error `json:"error"`
+	}
+	if err := json.Unmarshal(line, &head); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadReply, err)
+	}
+	switch head.Kind {
+	case want:
+		if err := json.Unmarshal(line, v); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrBadReply, want, err)
+		}
+		return nil
+	case kindError:
+		if head.Error == nil {
+			return fmt.Errorf("%w: an error without its error object", ErrBadReply)
+		}
+		return head.Error
+	default:
+		return fmt.Errorf("%w: got %q; want %q", ErrBadReply, head.Kind, want)
+	}
+}
