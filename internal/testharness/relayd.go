@@ -69,14 +69,14 @@ func CleanEnv() []string {
 
 // Options configure a relayd.
 type Options struct {
-	Bin    string   // the relayd binary
-	Dir    string   // its directory (token file, workspace); "" makes a temporary one that Stop removes
-	Listen string   // --listen; "" for 127.0.0.1:0, whose port is read from the log
+	Bin    string // the relayd binary
+	Dir    string // its directory (token file, workspace); "" makes a temporary one that Stop removes
+	Listen string // --listen; "" for 127.0.0.1:0, whose port is read from the log
 	// Connect, when set, makes a dial-out relayd (--connect instead of
 	// --listen); it logs no address, so start it with Launch.
 	Connect string
-	Args   []string // more flags, after the harness's own
-	Env    []string // its environment; nil for CleanEnv()
+	Args    []string // more flags, after the harness's own
+	Env     []string // its environment; nil for CleanEnv()
 	// LogKeep is how many bytes of relayd's log are kept (the last ones);
 	// 0 keeps 64 MiB.
 	LogKeep int
