@@ -12,9 +12,10 @@ SHARED    ?= ../shared
 
 .PHONY: build run test chaos fuzz lint conformance clean
 
-## build: a static binary in bin/relayd, version stamped
+## build: static binaries in bin/relayd and bin/relayctl (the controller for people), version stamped
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/relayd
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/relayctl ./cmd/relayctl
 
 ## run: relayd on $(LISTEN) with a fresh token file, a scratch workspace and readable logs
 run: build
