@@ -71,3 +71,19 @@ func Cmdline(pid int) string {
 	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
 }
+
+// ReadPids reads the pids (whole numbers above 1, separated by white space)
+// a subject wrote to path; nil when there is no such file.
+func ReadPids(path string) []int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, w := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(w); err == nil && pid > 1 {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
