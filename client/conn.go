@@ -106,34 +106,44 @@ func (d *Dialer) Dial(ctx context.Context, addr, token string) (*Conn, error) {
 // Conn is one authenticated connection to one relayd. Its methods may be
 // called from several goroutines: Ready and Verify while an Execute waits,
 // as the protocol allows; a second Execute while one runs returns ErrBusy.
+//
+// There is no reader goroutine: a call that waits for its reply reads the
+// connection itself, one reader at a time, and hands what it reads for other
+// calls to them. A reply thus reaches its caller without a hand-off.
 type Conn struct {
 	nc    net.Conn
-	lr    *protocol.LineReader
+	lr    *protocol.LineReader // used only by the holder of readTurn
 	token string
 	cfg   Dialer
 	hello Ready
 
-	wmu sync.Mutex // one write at a time
+	wmu      sync.Mutex    // one write at a time
+	readTurn chan struct{} // capacity 1: holding a token is the right to read
 
 	mu      sync.Mutex
 	calls   map[string]*call // by id, as relayd echoes it
 	nextID  int64
-	running bool  // an Execute is outstanding
-	err     error // set once: why the connection is over
-	done    chan struct{}
+	running bool          // an Execute is outstanding
+	err     error         // set once: why the connection is over
+	dead    chan struct{} // closed when err is set
 }
 
 // call is one request waiting for its reply.
 type call struct {
-	reply   chan []byte // the reply line (a copy); buffered 1
+	reply   chan reply // buffered 1
 	output  func(Output)
 	started func(string)
 }
 
+// reply is a reply line (a copy) and its kind.
+type reply struct {
+	kind string
+	line []byte
+}
+
 func newConn(nc net.Conn, lr *protocol.LineReader, token string, cfg Dialer) *Conn {
-	c := &Conn{nc: nc, lr: lr, token: token, cfg: cfg, calls: map[string]*call{}, done: make(chan struct{})}
-	go c.readLoop()
-	return c
+	return &Conn{nc: nc, lr: lr, token: token, cfg: cfg, readTurn: make(chan struct{}, 1),
+		calls: map[string]*call{}, dead: make(chan struct{})}
 }
 
 // Handshake returns the ready message relayd sent when the connection was
@@ -147,7 +157,6 @@ func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
 // relayd (transport loss); a call still waiting returns ErrClosed.
 func (c *Conn) Close() error {
 	c.fail(ErrClosed)
-	<-c.done
 	return nil
 }
 
@@ -157,35 +166,92 @@ func (c *Conn) fail(err error) {
 	c.mu.Lock()
 	if c.err == nil {
 		c.err = err
+		close(c.dead)
 	}
 	c.mu.Unlock()
 	_ = c.nc.Close()
 }
 
-// readLoop owns the reading side: it hands each reply to the call that
-// waits for its id, until the connection ends. Closing done is its join point.
-func (c *Conn) readLoop() {
-	defer close(c.done)
-	for {
-		line, err := c.lr.ReadLine()
-		if err != nil {
-			if errors.Is(err, protocol.ErrLineTooLong) {
-				c.fail(fmt.Errorf("%w: a reply longer than %d bytes (Dialer.MaxReplyBytes)", ErrBadReply, c.cfg.MaxReplyBytes))
-			} else {
-				c.fail(fmt.Errorf("%w: %v", ErrConnLost, err))
-			}
-			return
+// failure is why the connection is over.
+func (c *Conn) failure() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// readOne reads one line, holding readTurn, until deadline (zero: none),
+// and hands it to the call it answers. It returns an error when the
+// connection is over.
+func (c *Conn) readOne(deadline time.Time) error {
+	_ = c.nc.SetReadDeadline(deadline)
+	line, err := c.lr.ReadLine()
+	if err != nil {
+		var ne net.Error
+		switch {
+		case errors.Is(err, protocol.ErrLineTooLong):
+			c.fail(fmt.Errorf("%w: a reply longer than %d bytes (Dialer.MaxReplyBytes)", ErrBadReply, c.cfg.MaxReplyBytes))
+		case errors.As(err, &ne) && ne.Timeout() && c.failure() == nil:
+			c.fail(ErrReplyOverdue)
+		default:
+			c.fail(fmt.Errorf("%w: %v", ErrConnLost, err))
 		}
+		return c.failure()
+	}
+	kind, id, ok := quickHead(line)
+	if !ok {
 		var head struct {
 			Kind string          `json:"kind"`
 			ID   json.RawMessage `json:"id"`
 		}
 		if json.Unmarshal(line, &head) != nil {
 			c.fail(fmt.Errorf("%w: a line that is not a JSON object", ErrBadReply))
-			return
+			return c.failure()
 		}
-		c.dispatch(head.Kind, idKey(head.ID), line)
+		kind, id = head.Kind, idKey(head.ID)
 	}
+	c.dispatch(kind, id, line)
+	return nil
+}
+
+// quickHead reads kind and id from the start of a reply as relayd writes
+// it (compact, "token" if any, then "kind", then "id" if any, strings
+// without escapes), without decoding the rest: a round trip's reply is
+// then decoded once. ok is false for anything else, which the caller then
+// decodes in full.
+func quickHead(line []byte) (kind, id string, ok bool) {
+	rest, found := bytes.CutPrefix(line, []byte(`{"token":"`))
+	if found {
+		i := bytes.IndexByte(rest, '"')
+		if i < 0 || bytes.IndexByte(rest[:i], '\\') >= 0 {
+			return "", "", false
+		}
+		if rest, found = bytes.CutPrefix(rest[i+1:], []byte(`,"kind":"`)); !found {
+			return "", "", false
+		}
+	} else if rest, found = bytes.CutPrefix(line, []byte(`{"kind":"`)); !found {
+		return "", "", false
+	}
+	i := bytes.IndexByte(rest, '"')
+	if i < 0 || bytes.IndexByte(rest[:i], '\\') >= 0 {
+		return "", "", false
+	}
+	kind, rest = string(rest[:i]), rest[i+1:]
+	rest, found = bytes.CutPrefix(rest, []byte(`,"id":`))
+	if !found {
+		return kind, "", true
+	}
+	// An id is a JSON integer or a string (protocol section 4); this
+	// client sends integers.
+	end := bytes.IndexAny(rest, ",}")
+	if end <= 0 {
+		return "", "", false
+	}
+	for _, b := range rest[:end] {
+		if (b < '0' || b > '9') && b != '-' {
+			return "", "", false
+		}
+	}
+	return kind, string(rest[:end]), true
 }
 
 func idKey(raw json.RawMessage) string {
@@ -226,17 +292,17 @@ func (c *Conn) dispatch(kind, id string, line []byte) {
 			}
 		}
 	case cl != nil:
-		deliver(cl, line)
+		deliver(cl, kind, line)
 	default:
 		for _, x := range all {
-			deliver(x, line)
+			deliver(x, kind, line)
 		}
 	}
 }
 
-func deliver(cl *call, line []byte) {
+func deliver(cl *call, kind string, line []byte) {
 	select {
-	case cl.reply <- append([]byte(nil), line...):
+	case cl.reply <- reply{kind, append([]byte(nil), line...)}:
 	default: // it has its reply already
 	}
 }
@@ -244,9 +310,9 @@ func deliver(cl *call, line []byte) {
 // Ready probes relayd and returns its ready reply.
 func (c *Conn) Ready(ctx context.Context) (Ready, error) {
 	var r Ready
-	line, err := c.roundTrip(ctx, map[string]any{"kind": kindReady}, nil, c.cfg.ReplyTimeout)
+	rep, err := c.roundTrip(ctx, map[string]any{"kind": kindReady}, nil, c.cfg.ReplyTimeout)
 	if err == nil {
-		err = decodeReply(line, kindReady, &r)
+		err = decodeReply(rep, kindReady, &r)
 	}
 	return r, err
 }
@@ -257,10 +323,10 @@ func (c *Conn) Ready(ctx context.Context) (Ready, error) {
 // dials out closes the connection and exits after answering.
 func (c *Conn) Verify(ctx context.Context) (Verified, error) {
 	var v Verified
-	line, err := c.roundTrip(ctx, map[string]any{"kind": kindVerify}, nil,
+	rep, err := c.roundTrip(ctx, map[string]any{"kind": kindVerify}, nil,
 		c.cfg.ReplyTimeout+c.cfg.TeardownTimeout+settleSlack)
 	if err == nil {
-		err = decodeReply(line, kindVerified, &v)
+		err = decodeReply(rep, kindVerified, &v)
 	}
 	return v, err
 }
@@ -326,25 +392,25 @@ func (c *Conn) Execute(ctx context.Context, req Request) (Executed, error) {
 	if req.Timeout > 0 {
 		wait = req.Timeout + c.cfg.TeardownTimeout + settleSlack
 	}
-	line, err := c.roundTrip(ctx, &w, &call{output: req.Output, started: req.Started}, wait)
+	rep, err := c.roundTrip(ctx, &w, &call{output: req.Output, started: req.Started}, wait)
 	if err == nil {
-		err = decodeReply(line, kindExecuted, &e)
+		err = decodeReply(rep, kindExecuted, &e)
 	}
 	return e, err
 }
 
-// roundTrip sends one request and waits for its reply line. msg is a map
-// or an *executeWire; its token and id are set here.
-func (c *Conn) roundTrip(ctx context.Context, msg any, cl *call, wait time.Duration) ([]byte, error) {
+// roundTrip sends one request and waits for its reply. msg is a map or an
+// *executeWire; its token and id are set here.
+func (c *Conn) roundTrip(ctx context.Context, msg any, cl *call, wait time.Duration) (reply, error) {
 	if cl == nil {
 		cl = &call{}
 	}
-	cl.reply = make(chan []byte, 1)
+	cl.reply = make(chan reply, 1)
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
-		return nil, err
+		return reply{}, err
 	}
 	c.nextID++
 	id := c.nextID
@@ -365,37 +431,98 @@ func (c *Conn) roundTrip(ctx context.Context, msg any, cl *call, wait time.Durat
 	}
 	b, err := json.Marshal(msg)
 	if err != nil {
-		return nil, fmt.Errorf("client: encoding a request: %w", err)
+		return reply{}, fmt.Errorf("client: encoding a request: %w", err)
 	}
+	// A cancelled ctx closes the connection, which also ends a read in
+	// progress.
+	cancelled := false
+	stop := context.AfterFunc(ctx, func() {
+		c.mu.Lock()
+		cancelled = c.err == nil
+		c.mu.Unlock()
+		c.fail(fmt.Errorf("%w: the caller's context ended", ErrClosed))
+	})
+	defer stop()
 	if err := c.write(append(b, '\n')); err != nil {
-		return nil, err
+		return reply{}, c.callErr(ctx, cancelled, err)
 	}
-
-	var timeout <-chan time.Time
+	var deadline time.Time
 	if wait < time.Duration(math.MaxInt64) {
-		t := time.NewTimer(wait)
+		deadline = time.Now().Add(wait)
+	}
+	rep, err := c.await(cl, deadline)
+	if err != nil {
+		c.mu.Lock()
+		was := cancelled
+		c.mu.Unlock()
+		if errors.Is(err, ErrReplyOverdue) {
+			err = fmt.Errorf("%w (waited %s)", ErrReplyOverdue, wait)
+		}
+		return reply{}, c.callErr(ctx, was, err)
+	}
+	return rep, nil
+}
+
+// callErr is the error a call returns: the context's when it was the
+// caller's cancellation that ended the connection.
+func (c *Conn) callErr(ctx context.Context, cancelled bool, err error) error {
+	if cancelled && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// await waits for cl's reply until deadline (zero: none), reading the
+// connection itself whenever no other call is reading it.
+func (c *Conn) await(cl *call, deadline time.Time) (reply, error) {
+	select {
+	case c.readTurn <- struct{}{}: // the usual case: nobody else reads
+		return c.readFor(cl, deadline)
+	default:
+	}
+	var timeout <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
 		defer t.Stop()
 		timeout = t.C
 	}
 	select {
-	case line := <-cl.reply:
-		return line, nil
-	case <-ctx.Done():
-		c.fail(fmt.Errorf("%w: the caller's context ended", ErrClosed))
-		return nil, ctx.Err()
+	case rep := <-cl.reply:
+		return rep, nil
+	case c.readTurn <- struct{}{}:
+		return c.readFor(cl, deadline)
+	case <-c.dead:
+		return c.lastReply(cl)
 	case <-timeout:
 		c.fail(ErrReplyOverdue)
-		return nil, fmt.Errorf("%w (waited %s)", ErrReplyOverdue, wait)
-	case <-c.done:
-		select { // a reply that came with the end of the stream
-		case line := <-cl.reply:
-			return line, nil
+		return reply{}, ErrReplyOverdue
+	}
+}
+
+// readFor reads, holding readTurn, until cl's reply has come, then gives
+// the turn back.
+func (c *Conn) readFor(cl *call, deadline time.Time) (reply, error) {
+	defer func() { <-c.readTurn }()
+	for {
+		select {
+		case rep := <-cl.reply:
+			return rep, nil
 		default:
 		}
-		c.mu.Lock()
-		err := c.err
-		c.mu.Unlock()
-		return nil, err
+		if err := c.readOne(deadline); err != nil {
+			return c.lastReply(cl)
+		}
+	}
+}
+
+// lastReply is cl's reply if it came with the end of the stream, else why
+// the connection is over.
+func (c *Conn) lastReply(cl *call) (reply, error) {
+	select {
+	case rep := <-cl.reply:
+		return rep, nil
+	default:
+		return reply{}, c.failure()
 	}
 }
 
@@ -405,36 +532,29 @@ func (c *Conn) write(b []byte) error {
 	_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.ReplyTimeout))
 	if _, err := c.nc.Write(b); err != nil {
 		c.fail(fmt.Errorf("%w: writing a request: %v", ErrConnLost, err))
-		c.mu.Lock()
-		err := c.err
-		c.mu.Unlock()
-		return err
+		return c.failure()
 	}
 	return nil
 }
 
-// decodeReply decodes line, which should be of kind want, into v; an error
+// decodeReply decodes rep, which should be of kind want, into v; an error
 // reply becomes an *Error.
-func decodeReply(line []byte, want string, v any) error {
-	var head struct {
-		Kind  string `json:"kind"`
-		Error *Error `json:"error"`
-	}
-	if err := json.Unmarshal(line, &head); err != nil {
-		return fmt.Errorf("%w: %v", ErrBadReply, err)
-	}
-	switch head.Kind {
+func decodeReply(rep reply, want string, v any) error {
+	switch rep.kind {
 	case want:
-		if err := json.Unmarshal(line, v); err != nil {
+		if err := json.Unmarshal(rep.line, v); err != nil {
 			return fmt.Errorf("%w: %s: %v", ErrBadReply, want, err)
 		}
 		return nil
 	case kindError:
-		if head.Error == nil {
+		var e struct {
+			Error *Error `json:"error"`
+		}
+		if err := json.Unmarshal(rep.line, &e); err != nil || e.Error == nil {
 			return fmt.Errorf("%w: an error without its error object", ErrBadReply)
 		}
-		return head.Error
+		return e.Error
 	default:
-		return fmt.Errorf("%w: got %q; want %q", ErrBadReply, head.Kind, want)
+		return fmt.Errorf("%w: got %q; want %q", ErrBadReply, rep.kind, want)
 	}
 }

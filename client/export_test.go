@@ -9,3 +9,5 @@ func SetSettleSlack(d time.Duration) (restore func()) {
 	settleSlack = d
 	return func() { settleSlack = old }
 }
+
+var QuickHead = quickHead
