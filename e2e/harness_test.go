@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -87,25 +86,7 @@ func raceOK() bool { return testharness.RaceOK() }
 // leftovers kills and lists the live processes reparented to the test
 // process: escapees that outlived their relayd.
 func leftovers() []string {
-	self := os.Getpid()
-	var out []string
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		out = out[:0]
-		for _, pid := range testharness.Children(self) {
-			if _, state, ok := statOf(pid); ok && state != 'Z' {
-				out = append(out, fmt.Sprintf("%d %q", pid, cmdline(pid)))
-			}
-		}
-		if len(out) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	for _, l := range out {
-		pid, _ := strconv.Atoi(strings.Fields(l)[0])
-		_ = syscall.Kill(pid, syscall.SIGKILL) // our own child: reparented to us
-	}
+	out := testharness.Leftovers(os.Getpid())
 	// Reap what we were given, so the process table stays clean.
 	for {
 		var ws syscall.WaitStatus
