@@ -215,14 +215,7 @@ func (d *daemon) pidFile(name string) string {
 }
 
 func (d *daemon) cleanup() {
-	if d.cmd.Process != nil {
-		select {
-		case <-d.exited:
-		default:
-			_ = d.cmd.Process.Signal(syscall.SIGKILL)
-			<-d.exited
-		}
-	}
+	d.h.Kill()
 	for _, p := range d.pidFiles {
 		for _, pid := range readPids(p) {
 			if alive(pid) {

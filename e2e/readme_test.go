@@ -121,19 +121,8 @@ func TestReadmeNetcatSession(t *testing.T) {
 		var stdout bytes.Buffer
 		cmd.Stdout = &stdout
 		cmd.Stderr = &stdout
-		done := make(chan error, 1)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("%s: %v: %s", ex.command, err, stdout.String())
-			}
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Fatalf("%s: still running after 30s", ex.command)
+		if err := testharness.RunWithin(cmd, 30*time.Second); err != nil {
+			t.Fatalf("%s: %v: %s", ex.command, err, stdout.String())
 		}
 		var got []map[string]any
 		for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
@@ -335,17 +324,8 @@ func TestReadmeRelayctlSession(t *testing.T) {
 	cmd.Env = append(cleanEnv(), "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"), "RELAYCTL_ADDR="+d.addr)
 	var out bytes.Buffer
 	cmd.Stdout = &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-		t.Fatal("the README's relayctl session still ran after 60s")
+	if err := testharness.RunWithin(cmd, 60*time.Second); err != nil {
+		t.Fatalf("the README's relayctl session: %v; output:\n%s", err, out.String())
 	}
 	got := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
 	for _, l := range got {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -63,17 +64,8 @@ func relayctl(t *testing.T, env []string, args ...string) result {
 	cmd.Env = append(testharness.CleanEnv(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-		t.Fatalf("relayctl %v: still running after 60s", args)
+	if err := testharness.RunWithin(cmd, 60*time.Second); errors.Is(err, testharness.ErrTooLong) || cmd.ProcessState == nil {
+		t.Fatalf("relayctl %v: %v", args, err)
 	}
 	return result{cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()}
 }

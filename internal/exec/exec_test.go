@@ -44,20 +44,10 @@ func TestMain(m *testing.M) {
 	testReaper = NewReaper(ctx)
 	testTracker = NewTracker(ctx, testReaper, 10*time.Millisecond)
 	slowTracker = NewTracker(ctx, testReaper, 24*time.Hour)
-	code := m.Run()
-	if leaks := leftovers(); len(leaks) > 0 {
-		fmt.Fprintf(os.Stderr, "exec tests: processes left behind (now killed): %v\n", leaks)
-		if code == 0 {
-			code = 1
-		}
-	}
+	code := testharness.LeakCheck("exec tests", m.Run())
 	cancel()
 	os.Exit(code)
 }
-
-// leftovers kills and lists the live children of the test process
-// (testharness.Leftovers: each pinned with a pidfd first).
-func leftovers() []string { return testharness.Leftovers(os.Getpid()) }
 
 func allPids() []int {
 	entries, _ := os.ReadDir("/proc")

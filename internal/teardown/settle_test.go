@@ -40,20 +40,10 @@ func TestMain(m *testing.M) {
 	ctx, cancel := context.WithCancel(context.Background())
 	reaper = exec.NewReaper(ctx)
 	tracker = exec.NewTracker(ctx, reaper, 10*time.Millisecond)
-	code := m.Run()
-	if leaks := leftovers(); len(leaks) > 0 {
-		fmt.Fprintf(os.Stderr, "teardown tests: processes left behind (now killed): %v\n", leaks)
-		if code == 0 {
-			code = 1
-		}
-	}
+	code := testharness.LeakCheck("teardown tests", m.Run())
 	cancel()
 	os.Exit(code)
 }
-
-// leftovers kills and lists the live children of the test process
-// (testharness.Leftovers: each pinned with a pidfd first).
-func leftovers() []string { return testharness.Leftovers(os.Getpid()) }
 
 type procStat struct {
 	ppid, sid int
