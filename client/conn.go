@@ -435,16 +435,10 @@ func (c *Conn) roundTrip(ctx context.Context, msg any, cl *call, wait time.Durat
 	}
 	// A cancelled ctx closes the connection, which also ends a read in
 	// progress.
-	cancelled := false
-	stop := context.AfterFunc(ctx, func() {
-		c.mu.Lock()
-		cancelled = c.err == nil
-		c.mu.Unlock()
-		c.fail(fmt.Errorf("%w: the caller's context ended", ErrClosed))
-	})
+	stop := context.AfterFunc(ctx, func() { c.fail(errCancelled) })
 	defer stop()
 	if err := c.write(append(b, '\n')); err != nil {
-		return reply{}, c.callErr(ctx, cancelled, err)
+		return reply{}, callErr(ctx, err)
 	}
 	var deadline time.Time
 	if wait < time.Duration(math.MaxInt64) {
@@ -452,21 +446,21 @@ func (c *Conn) roundTrip(ctx context.Context, msg any, cl *call, wait time.Durat
 	}
 	rep, err := c.await(cl, deadline)
 	if err != nil {
-		c.mu.Lock()
-		was := cancelled
-		c.mu.Unlock()
 		if errors.Is(err, ErrReplyOverdue) {
 			err = fmt.Errorf("%w (waited %s)", ErrReplyOverdue, wait)
 		}
-		return reply{}, c.callErr(ctx, was, err)
+		return reply{}, callErr(ctx, err)
 	}
 	return rep, nil
 }
 
-// callErr is the error a call returns: the context's when it was the
-// caller's cancellation that ended the connection.
-func (c *Conn) callErr(ctx context.Context, cancelled bool, err error) error {
-	if cancelled && ctx.Err() != nil {
+// errCancelled is why a connection ended when a caller's context did.
+var errCancelled = fmt.Errorf("%w: a caller's context ended", ErrClosed)
+
+// callErr is the error a call returns: its context's error when a
+// cancellation ended the connection and this call's context is done.
+func callErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(err, errCancelled) {
 		return ctx.Err()
 	}
 	return err

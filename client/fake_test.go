@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,5 +88,46 @@ func TestConnLostMidReply(t *testing.T) {
 	_, err = c.Execute(context.Background(), client.Request{Command: "true"})
 	if !errors.Is(err, client.ErrConnLost) {
 		t.Fatalf("Execute: %v; want ErrConnLost", err)
+	}
+}
+
+// The extension hooks (protocol 4.5) are wired before any relayd supports
+// them: a peer that sends started and output before executed reaches the
+// request's callbacks, in order, and the request asks for them.
+func TestExtensionHooks(t *testing.T) {
+	sent := make(chan string, 1)
+	addr := fakeRelayd(t, func(c net.Conn, r *bufio.Reader) {
+		line, _ := r.ReadBytes('\n')
+		sent <- string(line)
+		c.Write([]byte(`{"kind":"started","id":2,"execution":"x-9"}` + "\n" +
+			`{"kind":"output","id":2,"execution":"x-9","stream":"stdout","data":"step 1\n"}` + "\n" +
+			`{"kind":"output","id":2,"execution":"x-9","stream":"stderr","data":"warn\n","dropped":3}` + "\n" +
+			`{"kind":"executed","id":2,"termination":"exited","exitCode":0,"stdout":"step 1\n","stderr":"warn\n","stderrTruncated":false,` +
+			`"diagnostic":{"category":"none"},"execution":"x-9","settlement":"settled","survivors":[],"scope":{"mechanism":"cgroup"},"durationMs":5}` + "\n"))
+	})
+	c, err := client.Dial(context.Background(), addr, "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var got []string
+	e, err := c.Execute(context.Background(), client.Request{Command: "agent", CaptureStderr: true,
+		OnExit: client.OnExitSettle, Detach: 1500 * time.Millisecond,
+		Started: func(x string) { got = append(got, "started "+x) },
+		Output: func(o client.Output) {
+			got = append(got, fmt.Sprintf("%s %q dropped %d", o.Stream, o.Data, o.Dropped))
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"started x-9", `stdout "step 1\n" dropped 0`, `stderr "warn\n" dropped 3`}
+	if fmt.Sprint(got) != fmt.Sprint(want) || e.Stderr != "warn\n" || e.Settlement != client.Settled {
+		t.Fatalf("callbacks %q, stderr %q, settlement %s; want %q, warn, settled", got, e.Stderr, e.Settlement, want)
+	}
+	req := <-sent
+	for _, field := range []string{`"captureStderr":true`, `"stream":true`, `"onExit":"settle"`, `"detachMs":1500`} {
+		if !strings.Contains(req, field) {
+			t.Errorf("the execute %s lacks %s", req, field)
+		}
 	}
 }
