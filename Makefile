@@ -25,7 +25,8 @@ run: build
 	@echo "Talk to it from another terminal:"
 	@echo '  T=$$(cat $(RUNDIR)/token)'
 	@printf '  printf %s "$$T" | nc -q 1 %s\n' "'{\"token\":\"%s\",\"kind\":\"ready\"}\\n'" "$(subst :, ,$(LISTEN))"
-	@echo "(README.md has a whole netcat session.) Ctrl-C stops relayd."
+	@echo '  or: RELAYD_TOKEN=$$(cat $(RUNDIR)/token) bin/relayctl exec --addr $(LISTEN) -- echo hello'
+	@echo "(README.md has a whole netcat session, and relayctl's.) Ctrl-C stops relayd."
 	@exec $(BIN) --listen $(LISTEN) --token-file $(RUNDIR)/token --workspace $(RUNDIR)/workspace --log-format console
 
 # The race detector needs cgo (gcc); without gcc the tests run without it.
