@@ -90,15 +90,21 @@ func killLater(t *testing.T, path string) {
 	})
 }
 
-func waitGone(t *testing.T, pid int) {
+// waitFor polls cond every 10 ms until it holds, for at most 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for testharness.Alive(pid) {
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("pid %d still alive after 10s", pid)
+			t.Fatalf("timed out after 10s waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("pid %d to be gone", pid), func() bool { return !testharness.Alive(pid) })
 }
 
 func TestDialHandshake(t *testing.T) {
@@ -257,16 +263,7 @@ func TestVerifyEndsARunningExecution(t *testing.T) {
 
 func waitFile(t *testing.T, path string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not appear within 10s", path)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, path+" to appear", func() bool { _, err := os.Stat(path); return err == nil })
 }
 
 // Cancelling ctx closes the connection: relayd settles the execution
