@@ -64,3 +64,49 @@ func Example() {
 	// framework_timeout 124 settlement=settled trustworthy=true
 	// quiescent=true survivors=0
 }
+
+// A controller for relayds that dial out (relayd --connect ADDR): each
+// trial waits for the relayd that presents its token.
+func ExampleListener() {
+	ln, err := client.Listen("127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ln.Close()
+	// The container's relayd, started here for the example with
+	// --connect ln.Addr() and the trial's token.
+	trial := exampleDialOut(ln.Addr().String())
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := ln.Accept(ctx, trial.Token)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	e, err := conn.Execute(ctx, client.Request{Command: "echo", Args: []string{"agent done"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	v, err := conn.Verify(ctx) // ends a dial-out relayd's session
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%q exit %d, quiescent=%t\n", e.Stdout, e.ExitCode, v.Quiescent)
+	// Output:
+	// "agent done\n" exit 0, quiescent=true
+}
+
+// exampleDialOut starts a dial-out relayd for ExampleListener.
+func exampleDialOut(addr string) *testharness.Relayd {
+	r, err := testharness.Prepare(testharness.Options{Bin: relaydBin, Connect: addr,
+		Args: []string{"--scope", "process-group", "--state-dir", filepath.Join(tmpDir, "dialout-state")}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := r.Launch(); err != nil {
+		log.Fatal(err)
+	}
+	stopAtEnd = append(stopAtEnd, r.Kill)
+	return r
+}
