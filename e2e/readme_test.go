@@ -218,12 +218,15 @@ func TestReadmeGoExampleIsTested(t *testing.T) {
 	src := string(b)
 	const mark = "\t// README begin\n"
 	i := strings.Index(src, mark)
-	j := strings.LastIndex(src, "\n}")
-	if i < 0 || j < i {
+	j := -1
+	if i >= 0 {
+		j = strings.Index(src[i:], "\n}") // the end of Example
+	}
+	if i < 0 || j < 0 {
 		t.Fatal("client/example_test.go has no README mark in Example")
 	}
 	var block []string
-	for _, line := range strings.Split(src[i+len(mark):j], "\n") {
+	for _, line := range strings.Split(src[i+len(mark):i+j], "\n") {
 		line = strings.TrimPrefix(line, "\t")
 		if line != "" {
 			line = "    " + strings.ReplaceAll(line, "\t", "    ")
