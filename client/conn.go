@@ -389,7 +389,7 @@ func (c *Conn) Execute(ctx context.Context, req Request) (Executed, error) {
 		w.CaptureStdout = &f
 	}
 	wait := time.Duration(math.MaxInt64) // ctx alone bounds it
-	if req.Timeout > 0 {
+	if req.Timeout > 0 && req.Timeout < wait-c.cfg.TeardownTimeout-settleSlack {
 		wait = req.Timeout + c.cfg.TeardownTimeout + settleSlack
 	}
 	rep, err := c.roundTrip(ctx, &w, &call{output: req.Output, started: req.Started}, wait)
