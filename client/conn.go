@@ -57,6 +57,11 @@ type Dialer struct {
 	// MaxReplyBytes is the longest reply line accepted; a longer one ends
 	// the connection with ErrBadReply. 0: DefaultMaxReplyBytes.
 	MaxReplyBytes int
+	// MaxWait, when positive, bounds every wait for a reply, an execute's
+	// without a Timeout included (which ctx alone bounds otherwise); past
+	// it the call ends as ErrReplyOverdue. It costs nothing per call,
+	// unlike a context with a deadline.
+	MaxWait time.Duration
 }
 
 func (d *Dialer) withDefaults() Dialer {
@@ -74,6 +79,14 @@ func (d *Dialer) withDefaults() Dialer {
 		out.MaxReplyBytes = DefaultMaxReplyBytes
 	}
 	return out
+}
+
+// bound is wait, or MaxWait when that is shorter.
+func (d Dialer) bound(wait time.Duration) time.Duration {
+	if d.MaxWait > 0 && d.MaxWait < wait {
+		return d.MaxWait
+	}
+	return wait
 }
 
 // Dial connects to a relayd that listens on addr (host:port), authenticates
@@ -310,7 +323,7 @@ func deliver(cl *call, kind string, line []byte) {
 // Ready probes relayd and returns its ready reply.
 func (c *Conn) Ready(ctx context.Context) (Ready, error) {
 	var r Ready
-	rep, err := c.roundTrip(ctx, map[string]any{"kind": kindReady}, nil, c.cfg.ReplyTimeout)
+	rep, err := c.roundTrip(ctx, map[string]any{"kind": kindReady}, nil, c.cfg.bound(c.cfg.ReplyTimeout))
 	if err == nil {
 		err = decodeReply(rep, kindReady, &r)
 	}
@@ -324,7 +337,7 @@ func (c *Conn) Ready(ctx context.Context) (Ready, error) {
 func (c *Conn) Verify(ctx context.Context) (Verified, error) {
 	var v Verified
 	rep, err := c.roundTrip(ctx, map[string]any{"kind": kindVerify}, nil,
-		c.cfg.ReplyTimeout+c.cfg.TeardownTimeout+settleSlack)
+		c.cfg.bound(c.cfg.ReplyTimeout+c.cfg.TeardownTimeout+settleSlack))
 	if err == nil {
 		err = decodeReply(rep, kindVerified, &v)
 	}
@@ -388,10 +401,11 @@ func (c *Conn) Execute(ctx context.Context, req Request) (Executed, error) {
 		f := false
 		w.CaptureStdout = &f
 	}
-	wait := time.Duration(math.MaxInt64) // ctx alone bounds it
+	wait := time.Duration(math.MaxInt64) // ctx (and MaxWait) alone bound it
 	if req.Timeout > 0 && req.Timeout < wait-c.cfg.TeardownTimeout-settleSlack {
 		wait = req.Timeout + c.cfg.TeardownTimeout + settleSlack
 	}
+	wait = c.cfg.bound(wait)
 	rep, err := c.roundTrip(ctx, &w, &call{output: req.Output, started: req.Started}, wait)
 	if err == nil {
 		err = decodeReply(rep, kindExecuted, &e)

@@ -131,3 +131,24 @@ func TestExtensionHooks(t *testing.T) {
 		}
 	}
 }
+
+// Dialer.MaxWait bounds an execute that has no Timeout of its own.
+func TestMaxWait(t *testing.T) {
+	addr := fakeRelayd(t, func(c net.Conn, r *bufio.Reader) {
+		_, _ = r.ReadBytes('\n') // the execute, never answered
+		_, _ = r.ReadBytes('\n')
+	})
+	d := &client.Dialer{MaxWait: 300 * time.Millisecond}
+	c, err := d.Dial(context.Background(), addr, "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	begin := time.Now()
+	if _, err := c.Execute(context.Background(), client.Request{Command: "sleep"}); !errors.Is(err, client.ErrReplyOverdue) {
+		t.Fatalf("Execute: %v; want ErrReplyOverdue", err)
+	}
+	if waited := time.Since(begin); waited < 300*time.Millisecond || waited > 10*time.Second {
+		t.Fatalf("gave up after %s; want MaxWait, 300ms", waited)
+	}
+}

@@ -259,7 +259,7 @@ func (e *dockerEnv) dockerExec() error {
 }
 
 func (e *dockerEnv) relaydExec() error {
-	_, err := e.cl.execute(trueReq, 30*time.Second)
+	_, err := e.cl.execute(trueReq)
 	return err
 }
 

@@ -149,7 +149,7 @@ func (b *bench) relaydSeriesOf(bin, mech string, block int, stops *[]func()) *se
 	}
 	*stops = append(*stops, cl.close)
 	s.op = func() error {
-		_, err := cl.execute(trueReq, 30*time.Second)
+		_, err := cl.execute(trueReq)
 		return err
 	}
 	return s

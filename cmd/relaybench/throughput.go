@@ -112,7 +112,7 @@ func (b *bench) throughput() {
 			conns = append(conns, cl)
 		}
 		return func(w int) error {
-			_, err := conns[w].execute(trueReq, 60*time.Second)
+			_, err := conns[w].execute(trueReq)
 			return err
 		}, ""
 	}
