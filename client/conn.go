@@ -143,9 +143,15 @@ type Conn struct {
 
 // call is one request waiting for its reply.
 type call struct {
-	reply   chan reply // buffered 1
+	want    string     // the reply's kind
+	into    any        // what the reply is decoded into
+	reply   chan reply // a reply another call's reader read; buffered 1
 	output  func(Output)
 	started func(string)
+	// Set by the call's own reader, which decodes its reply in place
+	// (before giving up the turn, while the line is still valid).
+	decoded bool
+	result  error
 }
 
 // reply is a reply line (a copy) and its kind.
@@ -195,7 +201,7 @@ func (c *Conn) failure() error {
 // readOne reads one line, holding readTurn, until deadline (zero: none),
 // and hands it to the call it answers. It returns an error when the
 // connection is over.
-func (c *Conn) readOne(deadline time.Time) error {
+func (c *Conn) readOne(deadline time.Time, self *call) error {
 	_ = c.nc.SetReadDeadline(deadline)
 	line, err := c.lr.ReadLine()
 	if err != nil {
@@ -222,7 +228,7 @@ func (c *Conn) readOne(deadline time.Time) error {
 		}
 		kind, id = head.Kind, idKey(head.ID)
 	}
-	c.dispatch(kind, id, line)
+	c.dispatch(kind, id, line, self)
 	return nil
 }
 
@@ -275,7 +281,7 @@ func idKey(raw json.RawMessage) string {
 	return b.String()
 }
 
-func (c *Conn) dispatch(kind, id string, line []byte) {
+func (c *Conn) dispatch(kind, id string, line []byte, self *call) {
 	c.mu.Lock()
 	cl := c.calls[id]
 	var all []*call
@@ -304,6 +310,8 @@ func (c *Conn) dispatch(kind, id string, line []byte) {
 				cl.started(s.Execution)
 			}
 		}
+	case cl != nil && cl == self:
+		self.result, self.decoded = decodeReply(reply{kind, line}, self.want, self.into), true
 	case cl != nil:
 		deliver(cl, kind, line)
 	default:
@@ -323,10 +331,7 @@ func deliver(cl *call, kind string, line []byte) {
 // Ready probes relayd and returns its ready reply.
 func (c *Conn) Ready(ctx context.Context) (Ready, error) {
 	var r Ready
-	rep, err := c.roundTrip(ctx, map[string]any{"kind": kindReady}, nil, c.cfg.bound(c.cfg.ReplyTimeout))
-	if err == nil {
-		err = decodeReply(rep, kindReady, &r)
-	}
+	err := c.roundTrip(ctx, map[string]any{"kind": kindReady}, &call{want: kindReady, into: &r}, c.cfg.bound(c.cfg.ReplyTimeout))
 	return r, err
 }
 
@@ -336,11 +341,8 @@ func (c *Conn) Ready(ctx context.Context) (Ready, error) {
 // dials out closes the connection and exits after answering.
 func (c *Conn) Verify(ctx context.Context) (Verified, error) {
 	var v Verified
-	rep, err := c.roundTrip(ctx, map[string]any{"kind": kindVerify}, nil,
+	err := c.roundTrip(ctx, map[string]any{"kind": kindVerify}, &call{want: kindVerified, into: &v},
 		c.cfg.bound(c.cfg.ReplyTimeout+c.cfg.TeardownTimeout+settleSlack))
-	if err == nil {
-		err = decodeReply(rep, kindVerified, &v)
-	}
 	return v, err
 }
 
@@ -406,25 +408,20 @@ func (c *Conn) Execute(ctx context.Context, req Request) (Executed, error) {
 		wait = req.Timeout + c.cfg.TeardownTimeout + settleSlack
 	}
 	wait = c.cfg.bound(wait)
-	rep, err := c.roundTrip(ctx, &w, &call{output: req.Output, started: req.Started}, wait)
-	if err == nil {
-		err = decodeReply(rep, kindExecuted, &e)
-	}
+	err := c.roundTrip(ctx, &w, &call{want: kindExecuted, into: &e, output: req.Output, started: req.Started}, wait)
 	return e, err
 }
 
-// roundTrip sends one request and waits for its reply. msg is a map or an
+// roundTrip sends one request and waits for its reply, decoded into
+// cl.into (an error reply becomes an *Error). msg is a map or an
 // *executeWire; its token and id are set here.
-func (c *Conn) roundTrip(ctx context.Context, msg any, cl *call, wait time.Duration) (reply, error) {
-	if cl == nil {
-		cl = &call{}
-	}
+func (c *Conn) roundTrip(ctx context.Context, msg any, cl *call, wait time.Duration) error {
 	cl.reply = make(chan reply, 1)
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
-		return reply{}, err
+		return err
 	}
 	c.nextID++
 	id := c.nextID
@@ -445,27 +442,27 @@ func (c *Conn) roundTrip(ctx context.Context, msg any, cl *call, wait time.Durat
 	}
 	b, err := json.Marshal(msg)
 	if err != nil {
-		return reply{}, fmt.Errorf("client: encoding a request: %w", err)
+		return fmt.Errorf("client: encoding a request: %w", err)
 	}
 	// A cancelled ctx closes the connection, which also ends a read in
 	// progress.
 	stop := context.AfterFunc(ctx, func() { c.fail(errCancelled) })
 	defer stop()
 	if err := c.write(append(b, '\n')); err != nil {
-		return reply{}, callErr(ctx, err)
+		return callErr(ctx, err)
 	}
 	var deadline time.Time
 	if wait < time.Duration(math.MaxInt64) {
 		deadline = time.Now().Add(wait)
 	}
-	rep, err := c.await(cl, deadline)
-	if err != nil {
+	transport, err := c.await(cl, deadline)
+	if transport {
 		if errors.Is(err, ErrReplyOverdue) {
 			err = fmt.Errorf("%w (waited %s)", ErrReplyOverdue, wait)
 		}
-		return reply{}, callErr(ctx, err)
+		return callErr(ctx, err)
 	}
-	return rep, nil
+	return err
 }
 
 // errCancelled is why a connection ended when a caller's context did.
@@ -481,8 +478,9 @@ func callErr(ctx context.Context, err error) error {
 }
 
 // await waits for cl's reply until deadline (zero: none), reading the
-// connection itself whenever no other call is reading it.
-func (c *Conn) await(cl *call, deadline time.Time) (reply, error) {
+// connection itself whenever no other call is reading it, and returns the
+// reply's decoding error, or (transport true) the connection's failure.
+func (c *Conn) await(cl *call, deadline time.Time) (transport bool, err error) {
 	select {
 	case c.readTurn <- struct{}{}: // the usual case: nobody else reads
 		return c.readFor(cl, deadline)
@@ -496,41 +494,44 @@ func (c *Conn) await(cl *call, deadline time.Time) (reply, error) {
 	}
 	select {
 	case rep := <-cl.reply:
-		return rep, nil
+		return false, decodeReply(rep, cl.want, cl.into)
 	case c.readTurn <- struct{}{}:
 		return c.readFor(cl, deadline)
 	case <-c.dead:
 		return c.lastReply(cl)
 	case <-timeout:
 		c.fail(ErrReplyOverdue)
-		return reply{}, ErrReplyOverdue
+		return true, ErrReplyOverdue
 	}
 }
 
 // readFor reads, holding readTurn, until cl's reply has come, then gives
 // the turn back.
-func (c *Conn) readFor(cl *call, deadline time.Time) (reply, error) {
+func (c *Conn) readFor(cl *call, deadline time.Time) (transport bool, err error) {
 	defer func() { <-c.readTurn }()
 	for {
 		select {
-		case rep := <-cl.reply:
-			return rep, nil
+		case rep := <-cl.reply: // read by the call that read before
+			return false, decodeReply(rep, cl.want, cl.into)
 		default:
 		}
-		if err := c.readOne(deadline); err != nil {
+		if err := c.readOne(deadline, cl); err != nil {
 			return c.lastReply(cl)
+		}
+		if cl.decoded {
+			return false, cl.result
 		}
 	}
 }
 
 // lastReply is cl's reply if it came with the end of the stream, else why
 // the connection is over.
-func (c *Conn) lastReply(cl *call) (reply, error) {
+func (c *Conn) lastReply(cl *call) (transport bool, err error) {
 	select {
 	case rep := <-cl.reply:
-		return rep, nil
+		return false, decodeReply(rep, cl.want, cl.into)
 	default:
-		return reply{}, c.failure()
+		return true, c.failure()
 	}
 }
 
