@@ -12,9 +12,10 @@ SHARED    ?= ../shared
 
 .PHONY: build run test pytest pytest-venv pytypes chaos fuzz lint conformance clean
 
-## build: a static binary in bin/relayd, version stamped
+## build: static binaries in bin/relayd and bin/relayctl (the controller for people), version stamped
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/relayd
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/relayctl ./cmd/relayctl
 
 ## run: relayd on $(LISTEN) with a fresh token file, a scratch workspace and readable logs
 run: build
@@ -24,7 +25,8 @@ run: build
 	@echo "Talk to it from another terminal:"
 	@echo '  T=$$(cat $(RUNDIR)/token)'
 	@printf '  printf %s "$$T" | nc -q 1 %s\n' "'{\"token\":\"%s\",\"kind\":\"ready\"}\\n'" "$(subst :, ,$(LISTEN))"
-	@echo "(README.md has a whole netcat session.) Ctrl-C stops relayd."
+	@echo '  or: RELAYD_TOKEN=$$(cat $(RUNDIR)/token) bin/relayctl exec --addr $(LISTEN) -- echo hello'
+	@echo "(README.md has a whole netcat session, and relayctl's.) Ctrl-C stops relayd."
 	@exec $(BIN) --listen $(LISTEN) --token-file $(RUNDIR)/token --workspace $(RUNDIR)/workspace --log-format console
 
 # The race detector needs cgo (gcc); without gcc the tests run without it.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/relayd/relayd/internal/env"
+	"github.com/relayd/relayd/internal/testharness"
 )
 
 // Protocol rule 6.10: relayd's own death does not leave work unbounded.
@@ -265,14 +266,9 @@ func leftoverLine(t *testing.T, d *daemon, name string) map[string]any {
 // startTime reads a process's start time (clock ticks since boot), field 22 of /proc/PID/stat.
 func startTime(t *testing.T, pid int) uint64 {
 	t.Helper()
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	st, err := testharness.ReadStat(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	v, err := strconv.ParseUint(f[19], 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
+	return st.Start
 }

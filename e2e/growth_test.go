@@ -1,13 +1,13 @@
 package e2e
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/relayd/relayd/internal/testharness"
 )
 
 // Rule 6.11, artifacts: with --artifacts-dir, each stream's artifact stops
@@ -171,16 +171,9 @@ func keptScopesIdleCost(t *testing.T, mech string) {
 // cpuTime is the CPU time (user and system, all threads) pid has used.
 func cpuTime(t *testing.T, pid int) time.Duration {
 	t.Helper()
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	st, err := testharness.ReadStat(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	i := bytes.LastIndexByte(b, ')')
-	f := strings.Fields(string(b[i+2:]))
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		t.Fatalf("/proc/%d/stat: bad utime or stime", pid)
-	}
-	return time.Duration(utime+stime) * 10 * time.Millisecond // clock ticks of 1/100 s
+	return st.CPU
 }

@@ -3,23 +3,22 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/relayd/relayd/internal/testharness"
 )
 
 var (
@@ -76,56 +75,18 @@ func TestMain(m *testing.M) {
 
 // build compiles relayd, with the race detector when cgo is available.
 func build(out string, extra ...string) error {
-	args := append([]string{"build", "-o", out}, extra...)
 	if raceOK() {
-		args = append(args, "-race")
+		extra = append(extra, "-race")
 	}
-	args = append(args, "../cmd/relayd")
-	cmd := exec.Command("go", args...)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("building relayd: %w", err)
-	}
-	return nil
+	return testharness.Build(out, "relayd", extra...)
 }
 
-func raceOK() bool {
-	if os.Getenv("RELAYD_E2E_NORACE") != "" {
-		return false
-	}
-	_, err := exec.LookPath("gcc")
-	return err == nil
-}
+func raceOK() bool { return testharness.RaceOK() }
 
 // leftovers kills and lists the live processes reparented to the test
 // process: escapees that outlived their relayd.
 func leftovers() []string {
-	self := os.Getpid()
-	var out []string
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		out = out[:0]
-		entries, _ := os.ReadDir("/proc")
-		for _, e := range entries {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil {
-				continue
-			}
-			ppid, state, ok := statOf(pid)
-			if !ok || ppid != self || state == 'Z' {
-				continue
-			}
-			out = append(out, fmt.Sprintf("%d %q", pid, cmdline(pid)))
-		}
-		if len(out) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	for _, l := range out {
-		pid, _ := strconv.Atoi(strings.Fields(l)[0])
-		_ = syscall.Kill(pid, syscall.SIGKILL) // our own child: reparented to us
-	}
+	out := testharness.Leftovers(os.Getpid())
 	// Reap what we were given, so the process table stays clean.
 	for {
 		var ws syscall.WaitStatus
@@ -138,32 +99,14 @@ func leftovers() []string {
 }
 
 func statOf(pid int) (ppid int, state byte, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, 0, false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return 0, 0, false
-	}
-	f := strings.Fields(string(b[i+2:]))
-	if len(f) < 2 {
-		return 0, 0, false
-	}
-	ppid, _ = strconv.Atoi(f[1])
-	return ppid, f[0][0], true
+	s, err := testharness.ReadStat(pid)
+	return s.PPID, s.State, err == nil
 }
 
-func cmdline(pid int) string {
-	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
-}
+func cmdline(pid int) string { return testharness.Cmdline(pid) }
 
 // alive is true while pid exists and is not a zombie.
-func alive(pid int) bool {
-	_, state, ok := statOf(pid)
-	return ok && state != 'Z' && state != 'X'
-}
+func alive(pid int) bool { return testharness.Alive(pid) }
 
 // waitFor polls cond until it holds or timeout passes.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
@@ -177,36 +120,21 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-// daemon is one relayd under test.
+// daemon is one relayd under test: a testharness.Relayd (h) and the
+// fields tests use. cmd may be replaced between prepare and start (wrapped
+// in unshare or nsenter); start and launch run whatever it is then.
 type daemon struct {
 	t         testing.TB
+	h         *testharness.Relayd
 	cmd       *exec.Cmd
 	dir       string
 	workspace string
 	token     string
 	addr      string
-	logs      *syncBuffer
+	logs      *testharness.Log
 	exited    chan struct{}
-	exitCode  int
 	pidFiles  []string
 	init      int // host pid of relayd when it runs as PID 1 of a namespace
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 type opts struct {
@@ -217,11 +145,7 @@ type opts struct {
 	noStart bool // build the command only
 }
 
-func newToken() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	return "tok-" + hex.EncodeToString(b)
-}
+func newToken() string { return testharness.NewToken() }
 
 // startRelayd starts relayd on a free loopback port with a fresh token file
 // and workspace, and waits until it logs its address.
@@ -235,86 +159,51 @@ func startRelayd(t testing.TB, o opts) *daemon {
 func prepare(t testing.TB, o opts) *daemon {
 	t.Helper()
 	dir := t.TempDir()
-	d := &daemon{t: t, dir: dir, workspace: filepath.Join(dir, "workspace"), token: newToken(),
-		logs: &syncBuffer{}, exited: make(chan struct{})}
-	if err := os.Mkdir(d.workspace, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tokenFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokenFile, []byte(d.token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	bin := o.bin
 	if bin == "" {
 		bin = relaydBin
 	}
-	args := []string{"--listen", "127.0.0.1:0", "--token-file", tokenFile, "--workspace", d.workspace,
-		"--term-grace", "300ms", "--teardown-timeout", "3s"}
+	args := []string{"--term-grace", "300ms", "--teardown-timeout", "3s"}
 	if o.scope != "" {
 		args = append(args, "--scope", o.scope)
 	}
-	args = append(args, o.args...)
-	d.cmd = exec.Command(bin, args...)
+	// Each relayd records its running scopes in its test's directory, not in
+	// the machine's /run/relayd (a test's o.env may name another).
+	h, err := testharness.Prepare(testharness.Options{Bin: bin, Dir: dir, Args: append(args, o.args...),
+		Env: append(append(cleanEnv(), "RELAYD_STATE_DIR="+filepath.Join(dir, "state")), o.env...)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{t: t, h: h, cmd: h.Cmd, dir: dir, workspace: h.Workspace, token: h.Token, logs: h.Logs, exited: h.Exited}
 	// relayd gets a process group of its own: a test subject that signals
 	// relayd's group then reaches only relayd, which the test started.
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	d.cmd.Dir = dir
-	// Each relayd records its running scopes in its test's directory, not in
-	// the machine's /run/relayd (a test's o.env may name another).
-	d.cmd.Env = append(append(cleanEnv(), "RELAYD_STATE_DIR="+filepath.Join(dir, "state")), o.env...)
-	d.cmd.Stdout = d.logs
-	d.cmd.Stderr = d.logs
 	t.Cleanup(d.cleanup)
 	return d
 }
 
-func cleanEnv() []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "RELAYD_") {
-			out = append(out, kv)
-		}
+func cleanEnv() []string { return testharness.CleanEnv() }
+
+// launch starts d.cmd, whatever it is by now, without waiting for it to
+// listen (a dial-out relayd never does).
+func (d *daemon) launch() {
+	d.t.Helper()
+	d.h.Cmd = d.cmd
+	if err := d.h.Launch(); err != nil {
+		d.t.Fatal(err)
 	}
-	return out
 }
 
+// exitCode is relayd's exit status once it has exited.
+func (d *daemon) exitCode() int { return d.h.ExitCode() }
+
 func (d *daemon) start() {
-	t := d.t
-	t.Helper()
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
+	d.t.Helper()
+	d.launch()
+	if err := d.h.WaitListening(20 * time.Second); err != nil {
+		d.t.Fatalf("%v; log: %s", err, d.logs.String())
 	}
-	go func() {
-		err := d.cmd.Wait()
-		d.exitCode = 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			d.exitCode = ee.ExitCode()
-		} else if err != nil {
-			d.exitCode = -1
-		}
-		close(d.exited)
-	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for d.addr == "" {
-		select {
-		case <-d.exited:
-			t.Fatalf("relayd exited with %d at start: %s", d.exitCode, d.logs.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("relayd did not log its address within 20s: %s", d.logs.String())
-		}
-		for _, line := range strings.Split(d.logs.String(), "\n") {
-			var rec struct {
-				Message string `json:"message"`
-				Addr    string `json:"addr"`
-			}
-			if json.Unmarshal([]byte(line), &rec) == nil && rec.Message == "listening" {
-				d.addr = rec.Addr
-			}
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	d.addr = d.h.Addr
 }
 
 // pidFile names a file in the test's directory where a subject writes a pid;
@@ -326,14 +215,7 @@ func (d *daemon) pidFile(name string) string {
 }
 
 func (d *daemon) cleanup() {
-	if d.cmd.Process != nil {
-		select {
-		case <-d.exited:
-		default:
-			_ = d.cmd.Process.Signal(syscall.SIGKILL)
-			<-d.exited
-		}
-	}
+	d.h.Kill()
 	for _, p := range d.pidFiles {
 		for _, pid := range readPids(p) {
 			if alive(pid) {
@@ -353,19 +235,7 @@ func tail(s string, n int) string {
 	return s
 }
 
-func readPids(path string) []int {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil
-	}
-	var out []int
-	for _, w := range strings.Fields(string(b)) {
-		if pid, err := strconv.Atoi(w); err == nil && pid > 1 {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
+func readPids(path string) []int { return testharness.ReadPids(path) }
 
 // waitPid waits for a pid file to hold a pid and returns it.
 func waitPid(t testing.TB, path string) int {
@@ -403,7 +273,7 @@ func (d *daemon) wait(timeout time.Duration) int {
 	d.t.Helper()
 	select {
 	case <-d.exited:
-		return d.exitCode
+		return d.exitCode()
 	case <-time.After(timeout):
 		d.t.Fatalf("relayd did not exit within %s", timeout)
 		return -1
@@ -428,13 +298,17 @@ type client struct {
 
 func (d *daemon) dial() *client {
 	d.t.Helper()
-	c, err := net.DialTimeout("tcp", d.addr, 5*time.Second)
+	w, err := testharness.DialWire(d.addr, d.token, 5*time.Second)
 	if err != nil {
 		d.t.Fatal(err)
 	}
-	cl := &client{t: d.t, c: c, r: bufio.NewReaderSize(c, 1<<20), token: d.token}
-	d.t.Cleanup(func() { c.Close() })
-	return cl
+	d.t.Cleanup(func() { w.Conn.Close() })
+	return &client{t: d.t, c: w.Conn, r: w.R, token: d.token}
+}
+
+// wire is the raw line connection (testharness.Wire) the client wraps.
+func (cl *client) wire() testharness.Wire {
+	return testharness.Wire{Conn: cl.c, R: cl.r, Token: cl.token}
 }
 
 // connect dials and does the ready handshake.
@@ -452,20 +326,14 @@ type msg = map[string]any
 
 func (cl *client) send(m msg) {
 	cl.t.Helper()
-	if _, ok := m["token"]; !ok {
-		m["token"] = cl.token
+	if err := cl.wire().Send(m); err != nil {
+		cl.t.Fatalf("write: %v", err)
 	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		cl.t.Fatal(err)
-	}
-	cl.sendRaw(append(b, '\n'))
 }
 
 func (cl *client) sendRaw(b []byte) {
 	cl.t.Helper()
-	_ = cl.c.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	if _, err := cl.c.Write(b); err != nil {
+	if err := cl.wire().SendRaw(b); err != nil {
 		cl.t.Fatalf("write: %v", err)
 	}
 }
@@ -473,12 +341,11 @@ func (cl *client) sendRaw(b []byte) {
 // read returns the next reply, or nil when the connection ended.
 func (cl *client) read(timeout time.Duration) msg {
 	cl.t.Helper()
-	_ = cl.c.SetReadDeadline(time.Now().Add(timeout))
-	line, err := cl.r.ReadBytes('\n')
+	line, err := cl.wire().ReadLine(timeout)
+	if errors.Is(err, testharness.ErrNoReply) {
+		cl.t.Fatal(err)
+	}
 	if err != nil {
-		if ne, ok := err.(net.Error); ok && ne.Timeout() {
-			cl.t.Fatalf("no reply within %s", timeout)
-		}
 		return nil
 	}
 	var m msg
@@ -602,23 +469,14 @@ func noKillVariant(t *testing.T, test func(t *testing.T, o opts)) {
 var cgroupSkip string
 
 func probeCgroup() string {
-	cmd := exec.Command(relaydBin, "--scope", "cgroup", "--listen", "127.0.0.1:0", "--log-level", "error")
-	cmd.Env = append(cleanEnv(), "RELAYD_TOKEN=probe")
-	out := &syncBuffer{}
-	cmd.Stderr = out
-	if err := cmd.Start(); err != nil {
-		return err.Error()
+	h, err := testharness.Start(testharness.Options{Bin: relaydBin, Args: []string{"--scope", "cgroup"}})
+	if err != nil {
+		return "relayd --scope cgroup refused to start: " + err.Error()
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done:
-		return "relayd --scope cgroup refused to start: " + strings.TrimSpace(out.String())
-	case <-time.After(3 * time.Second):
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		<-done
-		return ""
+	if code, err := h.Stop(15 * time.Second); err != nil || code != 0 {
+		return fmt.Sprintf("relayd --scope cgroup did not stop cleanly: exit %d, %v", code, err)
 	}
+	return ""
 }
 
 // killPid SIGKILLs a process a test's own subject started, if still alive.

@@ -184,16 +184,7 @@ func TestExitStatuses(t *testing.T) {
 // waits for the exit and checks its status.
 func (d *daemon) start2(t *testing.T, want int) {
 	t.Helper()
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		err := d.cmd.Wait()
-		if ee, ok := err.(interface{ ExitCode() int }); ok {
-			d.exitCode = ee.ExitCode()
-		}
-		close(d.exited)
-	}()
+	d.launch()
 	if want >= 0 {
 		if code := d.wait(10 * time.Second); code != want {
 			t.Fatalf("exit %d; want %d; log: %s", code, want, d.logs.String())

@@ -8,9 +8,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/relayd/relayd/internal/testharness"
 )
 
 // readmeExample is one command of the README's netcat session and the
@@ -127,19 +132,8 @@ func runNetcatSession(t *testing.T, examples []readmeExample, port, token string
 		var stdout bytes.Buffer
 		cmd.Stdout = &stdout
 		cmd.Stderr = &stdout
-		done := make(chan error, 1)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("%s: %v: %s", ex.command, err, stdout.String())
-			}
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Fatalf("%s: still running after 30s", ex.command)
+		if err := testharness.RunWithin(cmd, 30*time.Second); err != nil {
+			t.Fatalf("%s: %v: %s", ex.command, err, stdout.String())
 		}
 		var got []map[string]any
 		for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
@@ -200,4 +194,163 @@ func TestReadmeContainerExamplesAreTheTestedFiles(t *testing.T) {
 			t.Errorf("the README's container section does not print deploy/%s as it is (an indented block of its whole text)", name)
 		}
 	}
+}
+
+// readmeSection returns the README's text from the heading title to the
+// next heading of the same or a higher level.
+func readmeSection(t *testing.T, title string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	start := strings.Index(text, "\n"+title+"\n")
+	if start < 0 {
+		t.Fatalf("README.md has no %q section", title)
+	}
+	text = text[start+1:]
+	level := title[:strings.IndexByte(title, ' ')+1]
+	for i := len(level); i >= 3; i-- {
+		if end := strings.Index(text[1:], "\n"+level[:i-1]+" "); end >= 0 {
+			text = text[:end+1]
+		}
+	}
+	return text
+}
+
+// The README's Go controller is client/example_test.go's Example, which
+// go test runs against a real relayd and whose output it checks: the
+// README prints the function's lines from its README mark to its end.
+func TestReadmeGoExampleIsTested(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "client", "example_test.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := string(b)
+	const mark = "\t// README begin\n"
+	i := strings.Index(src, mark)
+	j := -1
+	if i >= 0 {
+		j = strings.Index(src[i:], "\n}") // the end of Example
+	}
+	if i < 0 || j < 0 {
+		t.Fatal("client/example_test.go has no README mark in Example")
+	}
+	var block []string
+	for _, line := range strings.Split(src[i+len(mark):i+j], "\n") {
+		line = strings.TrimPrefix(line, "\t")
+		if line != "" {
+			line = "    " + strings.ReplaceAll(line, "\t", "    ")
+		}
+		block = append(block, line)
+	}
+	if !strings.Contains(readmeSection(t, "### Go"), "\n"+strings.Join(block, "\n")+"\n") {
+		t.Error("the README's Go section does not print client/example_test.go's Example (from its README mark) as it is")
+	}
+}
+
+var (
+	relayctlOnce sync.Once
+	relayctlBin  string
+	relayctlErr  error
+)
+
+// relayctl builds cmd/relayctl once for the tests that run it.
+func relayctl(t *testing.T) string {
+	t.Helper()
+	relayctlOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "relayd-e2e-relayctl-")
+		if err != nil {
+			relayctlErr = err
+			return
+		}
+		afterAll = append(afterAll, func() { os.RemoveAll(dir) })
+		relayctlBin = filepath.Join(dir, "relayctl")
+		relayctlErr = testharness.Build(relayctlBin, "relayctl")
+	})
+	if relayctlErr != nil {
+		t.Fatal(relayctlErr)
+	}
+	return relayctlBin
+}
+
+// readmeVaries replaces what varies from run to run in relayctl's output:
+// durations, execution ids, the mechanism, the version, paths, pids and a
+// survivor's argv (the reply can catch it before its exec).
+var readmeVaries = []struct {
+	re   *regexp.Regexp
+	with string
+}{
+	{regexp.MustCompile(`\b[0-9]+(\.[0-9]+)?(ns|µs|ms|s)\b`), "<duration>"},
+	{regexp.MustCompile(`\(x-[0-9]+, (cgroup|process-group)\)`), "(<execution>, <mechanism>)"},
+	{regexp.MustCompile(`^relayd \S+, protocol 1, scope (cgroup|process-group), workspace \S+$`), "relayd <version>, protocol 1, scope <mechanism>, workspace <dir>"},
+	{regexp.MustCompile(`^relayctl:   survivor [0-9]+ .*$`), "relayctl:   survivor <pid> <argv>"},
+}
+
+func readmeNormal(lines []string) []string {
+	var out []string
+	for _, l := range lines {
+		for _, v := range readmeVaries {
+			l = v.re.ReplaceAllString(l, v.with)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// The README's relayctl session is run as printed (relayctl on the PATH,
+// the token in .run/token, RELAYCTL_ADDR naming the relayd under test),
+// and its output, stdout and stderr together, is compared with the
+// README's.
+func TestReadmeRelayctlSession(t *testing.T) {
+	bin := relayctl(t)
+	section := readmeSection(t, "### relayctl")
+	var script, want []string
+	inBlock := false
+	for _, line := range strings.Split(section, "\n") {
+		l, indented := strings.CutPrefix(line, "    ")
+		if indented && (strings.HasPrefix(l, "$ ") || inBlock) {
+			inBlock = true
+			if cmd, ok := strings.CutPrefix(l, "$ "); ok {
+				script = append(script, cmd)
+			} else {
+				want = append(want, l)
+			}
+			continue
+		}
+		if inBlock {
+			break // the session is the first such block
+		}
+	}
+	if len(script) < 5 {
+		t.Fatalf("found %d relayctl commands in the README; want at least 5", len(script))
+	}
+	d := startRelayd(t, opts{})
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, ".run"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".run", "token"), []byte(d.token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", "-c", "exec 2>&1\n"+strings.Join(script, "\n"))
+	cmd.Dir = dir
+	cmd.Env = append(cleanEnv(), "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"), "RELAYCTL_ADDR="+d.addr)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	if err := testharness.RunWithin(cmd, 60*time.Second); err != nil {
+		t.Fatalf("the README's relayctl session: %v; output:\n%s", err, out.String())
+	}
+	got := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
+	for _, l := range got {
+		if m := regexp.MustCompile(`survivor ([0-9]+) `).FindStringSubmatch(l); m != nil {
+			pid, _ := strconv.Atoi(m[1])
+			t.Cleanup(func() { killPid(pid) }) // the README's service, started by this test
+		}
+	}
+	if g, w := readmeNormal(got), readmeNormal(want); !reflect.DeepEqual(g, w) {
+		t.Errorf("the README's relayctl session printed\n%s\nwant (README.md)\n%s", strings.Join(g, "\n"), strings.Join(w, "\n"))
+	}
+	d.stopClean()
 }

@@ -95,16 +95,7 @@ func dialOutWith(t *testing.T, o opts, extra ...string) (*daemon, *client) {
 		}
 	}
 	d.cmd.Args = append(d.cmd.Args[:1], append(args, extra...)...)
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		err := d.cmd.Wait()
-		if ee, ok := err.(*exec.ExitError); ok {
-			d.exitCode = ee.ExitCode()
-		}
-		close(d.exited)
-	}()
+	d.launch()
 	_ = ln.(*net.TCPListener).SetDeadline(time.Now().Add(20 * time.Second))
 	conn, err := ln.Accept()
 	if err != nil {

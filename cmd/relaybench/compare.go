@@ -82,7 +82,7 @@ func (b *bench) compareSettle(sec *section, before string) {
 			name  string
 			bin   string
 			d     *daemon
-			cl    *client
+			cl    *benchClient
 			overs []float64
 			why   string
 		}

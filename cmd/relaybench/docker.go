@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/relayd/relayd/internal/testharness"
 )
 
 // The task image the container tests use (make task-image builds it);
@@ -65,8 +66,7 @@ type dockerEnv struct {
 	name, taskImage, version, mechanism string
 	tags                                []string // images built for this run only
 	dir                                 string   // the token file, the build context
-	cl                                  *client
-	execLine                            []byte
+	cl                                  *benchClient
 	forget                              func()
 	once                                sync.Once
 }
@@ -184,7 +184,7 @@ func (b *bench) dockerSetup() (*dockerEnv, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "/bin/sh", "-ec", string(script))
-	cmd.Env = append(cleanEnv(), "TRIAL="+env.name, "TOKEN_FILE="+tokenFile, "IMAGE="+evalTag)
+	cmd.Env = append(testharness.CleanEnv(), "TRIAL="+env.name, "TOKEN_FILE="+tokenFile, "IMAGE="+evalTag)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fail(fmt.Sprintf("deploy/docker/run.sh: %v: %s", err, tail(strings.TrimSpace(string(out)), 300)))
@@ -202,7 +202,6 @@ func (b *bench) dockerSetup() (*dockerEnv, string) {
 		return fail(fmt.Sprintf("relayd in %s: %v (log: %s)", env.name, err, tail(strings.TrimSpace(logs), 300)))
 	}
 	env.mechanism = env.cl.mechanism
-	env.execLine = env.cl.encode(map[string]any{"kind": "execute", "command": "/bin/true"})
 	return env, ""
 }
 
@@ -233,17 +232,13 @@ func ensureTaskImage(root, tag string) string {
 
 // connectRetry dials addr until relayd answers ready (docker's proxy
 // accepts connections before relayd listens).
-func connectRetry(addr, token string, within time.Duration) (*client, error) {
+func connectRetry(addr, token string, within time.Duration) (*benchClient, error) {
 	deadline := time.Now().Add(within)
 	var last error
 	for time.Now().Before(deadline) {
-		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		cl, err := dialBench(addr, token, 2*time.Second)
 		if err == nil {
-			cl := &client{c: c, r: bufio.NewReaderSize(c, 64<<10), token: token}
-			if err = cl.ready(); err == nil {
-				return cl, nil
-			}
-			c.Close()
+			return cl, nil
 		}
 		last = err
 		time.Sleep(100 * time.Millisecond)
@@ -264,7 +259,7 @@ func (e *dockerEnv) dockerExec() error {
 }
 
 func (e *dockerEnv) relaydExec() error {
-	_, err := e.cl.executeLine(e.execLine, 30*time.Second)
+	_, err := e.cl.execute(trueReq)
 	return err
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"net"
@@ -105,13 +104,13 @@ func (b *bench) startOnce(mech string) (startSample, error) {
 				break
 			}
 			select {
-			case <-d.exited:
-				err = fmt.Errorf("relayd exited with status %d at start: %s", d.exitCode, d.logs.lastLine())
+			case <-d.Exited:
+				err = fmt.Errorf("relayd exited with status %d at start: %s", d.ExitCode(), d.Logs.LastLine())
 			default:
 				if time.Now().Before(deadline) {
 					continue
 				}
-				err = fmt.Errorf("relayd did not accept a connection within 20s: %s", d.logs.lastLine())
+				err = fmt.Errorf("relayd did not accept a connection within 20s: %s", d.Logs.LastLine())
 			}
 			break
 		}
@@ -123,11 +122,14 @@ func (b *bench) startOnce(mech string) (startSample, error) {
 			return s, err
 		}
 		s.connected = time.Since(d.startedAt)
-		d.addr = addr
-		cl := &client{c: c, r: bufio.NewReader(c), token: d.token}
-		err = cl.ready()
+		c.Close()
+		d.Addr = addr
+		var cl *benchClient
+		cl, err = d.connect()
 		s.ready = time.Since(d.startedAt)
-		cl.close()
+		if err == nil {
+			cl.close()
+		}
 		if err == nil {
 			time.Sleep(300 * time.Millisecond)
 			var kib float64
@@ -149,7 +151,7 @@ func (b *bench) connsOnce(mech string, n int) (float64, error) {
 		return 0, err
 	}
 	defer b.stopDaemon(d, "footprint, "+mech)
-	var open []*client
+	var open []*benchClient
 	defer func() {
 		for _, cl := range open {
 			cl.close()

@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"strconv"
 	"time"
+
+	"github.com/relayd/relayd/client"
 )
 
 // outputBytes is what the subject of the output section writes: 1 GiB.
@@ -83,24 +85,26 @@ func (b *bench) outputOnce(bin string, carrier bool) (rate, rssMiB float64, mech
 	}
 	defer cl.close()
 	mech = cl.mechanism
-	req := map[string]any{"kind": "execute", "command": "head", "args": []string{"-c", strconv.Itoa(outputBytes), "/dev/zero"}}
+	req := client.Request{Command: "head", Args: []string{"-c", strconv.Itoa(outputBytes), "/dev/zero"}}
 	if carrier {
-		req["resultToken"] = randomHex(16)
+		req.ResultToken = randomHex(16)
 	}
 	t := time.Now()
-	r, err := cl.request(req, 5*time.Minute)
+	r, err := cl.execute(req)
 	took := time.Since(t)
 	if err != nil {
 		return 0, 0, mech, err
 	}
+	var counted int64 = -1
+	if r.Diagnostic.Counted() {
+		counted = *r.Diagnostic.Bytes
+	}
 	switch {
-	case r.Kind != "executed" || r.ExitCode == nil || *r.ExitCode != 0:
-		return 0, 0, mech, fmt.Errorf("got %s; want executed with exit code 0", r.raw())
 	case !carrier && !r.StdoutTruncated:
 		return 0, 0, mech, fmt.Errorf("raw mode: stdoutTruncated is false for 1 GiB of output")
-	case carrier && (r.Diagnostic.Category != "result-frame-oversize" || r.Diagnostic.Bytes != outputBytes):
+	case carrier && (r.Diagnostic.Category != client.DiagOversize || counted != outputBytes):
 		return 0, 0, mech, fmt.Errorf("carrier mode: diagnostic %s with %d bytes; want result-frame-oversize with %d",
-			r.Diagnostic.Category, r.Diagnostic.Bytes, outputBytes)
+			r.Diagnostic.Category, counted, outputBytes)
 	}
 	hwm, err := d.status("VmHWM")
 	if err != nil {

@@ -148,9 +148,8 @@ func (b *bench) relaydSeriesOf(bin, mech string, block int, stops *[]func()) *se
 		return s
 	}
 	*stops = append(*stops, cl.close)
-	line := cl.encode(map[string]any{"kind": "execute", "command": "/bin/true"})
 	s.op = func() error {
-		_, err := cl.executeLine(line, 30*time.Second)
+		_, err := cl.execute(trueReq)
 		return err
 	}
 	return s

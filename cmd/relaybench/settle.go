@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/relayd/relayd/client"
+	"github.com/relayd/relayd/internal/testharness"
 )
 
 // settleGrace is relayd's --term-grace in the settlement section.
@@ -74,7 +78,7 @@ func (b *bench) settle() {
 		name := func(n int) string { return fmt.Sprintf("%s, %s members", mech, commas(n)) }
 		why := ""
 		var d *daemon
-		var cl *client
+		var cl *benchClient
 		if mech == "cgroup" && b.cgSkip != "" {
 			why = b.cgSkip
 		} else if d, err = startRelayd(b.cfg.relayd, startOpts{scope: mech,
@@ -262,25 +266,23 @@ func bareSettleOnce(dir string, n, rep int) (settleRun, error) {
 
 // settleOnce runs one tree of n members with timeoutMs and measures its
 // settlement.
-func settleOnce(d *daemon, cl *client, n int, timeout time.Duration, rep int) (settleRun, error) {
+func settleOnce(d *daemon, cl *benchClient, n int, timeout time.Duration, rep int) (settleRun, error) {
 	var r settleRun
-	pidsPath := filepath.Join(d.dir, fmt.Sprintf("tree-%d-%d.pids", n, rep))
+	pidsPath := filepath.Join(d.Dir, fmt.Sprintf("tree-%d-%d.pids", n, rep))
 	donePath := pidsPath + ".done"
-	line := cl.encode(map[string]any{"kind": "execute", "command": "/bin/sh",
-		"args": []string{"-c", treeScript(n, pidsPath, donePath)}, "timeoutMs": timeout.Milliseconds()})
+	req := client.Request{Command: "/bin/sh", Args: []string{"-c", treeScript(n, pidsPath, donePath)}, Timeout: timeout}
 	type got struct {
-		r   *reply
+		e   client.Executed
 		at  time.Time
 		err error
 	}
 	ch := make(chan got, 1)
 	sent := time.Now()
-	if err := cl.send(line); err != nil {
-		return r, err
-	}
 	go func() {
-		rep, err := cl.read(timeout + settleGrace + 40*time.Second)
-		ch <- got{rep, time.Now(), err}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout+settleGrace+40*time.Second)
+		defer cancel()
+		e, err := cl.Execute(ctx, req)
+		ch <- got{e, time.Now(), err}
 	}()
 	deadline := sent.Add(timeout)
 	var res got
@@ -306,8 +308,8 @@ wait:
 	if res.err != nil {
 		return r, res.err
 	}
-	if res.r.Kind != "executed" || res.r.Termination != "framework_timeout" || res.r.Settlement != "settled" {
-		return r, fmt.Errorf("got %s; want executed, framework_timeout, settled", res.r.raw())
+	if res.e.Termination != client.FrameworkTimeout || res.e.Settlement != client.Settled {
+		return r, fmt.Errorf("got %s, %s (%s); want framework_timeout, settled", res.e.Termination, res.e.Settlement, res.e.Detail)
 	}
 	// Survivors: each member's state, at once.
 	pids := readPids(pidsPath)
@@ -356,19 +358,7 @@ func member(pid int) bool {
 	return err == nil && strings.Contains(string(b), "300")
 }
 
-func readPids(path string) []int {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	var out []int
-	for _, w := range strings.Fields(string(b)) {
-		if pid, err := strconv.Atoi(w); err == nil && pid > 1 {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
+func readPids(path string) []int { return testharness.ReadPids(path) }
 
 // commas writes 1000 as 1,000.
 func commas(n int) string {

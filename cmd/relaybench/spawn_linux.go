@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/relayd/relayd/internal/env"
+	"github.com/relayd/relayd/internal/testharness"
 )
 
 // The baselines: what relayd cannot beat. A bare spawn is fork, exec of
@@ -129,21 +129,5 @@ func (b *cgroupBase) close() {
 	_ = removeLeaf(b.dir)
 }
 
-// procState is the state letter of /proc/PID/stat, or 0 when pid is gone.
-func procState(pid int) byte {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 || i+2 >= len(b) {
-		return 0
-	}
-	return b[i+2]
-}
-
 // alive is true while pid exists and is not a zombie.
-func alive(pid int) bool {
-	s := procState(pid)
-	return s != 0 && s != 'Z' && s != 'X'
-}
+func alive(pid int) bool { return testharness.Alive(pid) }

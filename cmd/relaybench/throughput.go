@@ -102,8 +102,7 @@ func (b *bench) throughput() {
 			return nil, err.Error()
 		}
 		stops = append(stops, func() { b.stopDaemon(d, "throughput, "+mech) })
-		var conns []*client
-		var lines [][]byte
+		var conns []*benchClient
 		for i := 0; i < levels[len(levels)-1]; i++ {
 			cl, err := d.connect()
 			if err != nil {
@@ -111,10 +110,9 @@ func (b *bench) throughput() {
 			}
 			stops = append(stops, cl.close)
 			conns = append(conns, cl)
-			lines = append(lines, cl.encode(map[string]any{"kind": "execute", "command": "/bin/true"}))
 		}
 		return func(w int) error {
-			_, err := conns[w].executeLine(lines[w], 60*time.Second)
+			_, err := conns[w].execute(trueReq)
 			return err
 		}, ""
 	}

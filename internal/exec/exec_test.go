@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/relayd/relayd/internal/testharness"
 )
 
 // The one reaper of this test binary, and two trackers: one that rescans
@@ -42,49 +44,9 @@ func TestMain(m *testing.M) {
 	testReaper = NewReaper(ctx)
 	testTracker = NewTracker(ctx, testReaper, 10*time.Millisecond)
 	slowTracker = NewTracker(ctx, testReaper, 24*time.Hour)
-	code := m.Run()
-	if leaks := leftovers(); len(leaks) > 0 {
-		fmt.Fprintf(os.Stderr, "exec tests: processes left behind (now killed): %v\n", leaks)
-		if code == 0 {
-			code = 1
-		}
-	}
+	code := testharness.LeakCheck("exec tests", m.Run())
 	cancel()
 	os.Exit(code)
-}
-
-// leftovers kills and lists the live children of the test process. Every
-// process a test starts descends from it, and orphans come to it, so what a
-// test left behind shows up here. Each is pinned with a pidfd and checked to
-// be still our child before it is signalled.
-func leftovers() []string {
-	self := os.Getpid()
-	var out []string
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		out = out[:0]
-		for _, pid := range allPids() {
-			if e, ok := statOf(pid); ok && e.ppid == self && !e.dead() {
-				out = append(out, fmt.Sprintf("%d %q", pid, strings.Join(Argv(pid), " ")))
-			}
-		}
-		if len(out) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // poll: they may be dying already
-	}
-	for _, l := range out {
-		pid, _ := strconv.Atoi(strings.Fields(l)[0])
-		fd, err := unix.PidfdOpen(pid, 0)
-		if err != nil {
-			continue
-		}
-		if e, ok := statOf(pid); ok && e.ppid == self {
-			_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
-		}
-		unix.Close(fd)
-	}
-	return out
 }
 
 func allPids() []int {

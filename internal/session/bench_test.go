@@ -1,7 +1,6 @@
 package session
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"net"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/relayd/relayd/internal/env"
 	"github.com/relayd/relayd/internal/exec"
+	"github.com/relayd/relayd/internal/testharness"
 )
 
 // BenchmarkExecuteTrue is the in-process twin of e2e's round-trip
@@ -51,19 +51,18 @@ func BenchmarkExecuteTrue(b *testing.B) {
 			}
 			go srv.Serve(ln)
 			defer srv.Shutdown()
-			c, err := net.Dial("tcp", ln.Addr().String())
+			w, err := testharness.DialWire(ln.Addr().String(), testToken, 5*time.Second)
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer c.Close()
-			r := bufio.NewReader(c)
+			defer w.Conn.Close()
 			req := []byte(`{"token":"` + testToken + `","kind":"execute","command":"/bin/true"}` + "\n")
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				if _, err := c.Write(req); err != nil {
+				if err := w.SendRaw(req); err != nil {
 					b.Fatal(err)
 				}
-				line, err := r.ReadBytes('\n')
+				line, err := w.ReadLine(30 * time.Second)
 				if err != nil {
 					b.Fatal(err)
 				}

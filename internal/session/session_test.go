@@ -1,7 +1,6 @@
 package session
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/relayd/relayd/internal/env"
 	"github.com/relayd/relayd/internal/exec"
+	"github.com/relayd/relayd/internal/testharness"
 )
 
 // The one reaper of this test binary. It waits for every child of the
@@ -98,31 +97,26 @@ func (s *server) shutdown(t *testing.T) {
 	}
 }
 
+// client is a raw line connection (testharness.Wire): these tests compare
+// replies byte for byte.
 type client struct {
 	t *testing.T
-	c net.Conn
-	r *bufio.Reader
+	w testharness.Wire
 }
 
 func (s *server) dial(t *testing.T) *client {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", s.addr, 5*time.Second)
+	w, err := testharness.DialWire(s.addr, testToken, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
-	return &client{t: t, c: c, r: bufio.NewReader(c)}
+	t.Cleanup(func() { w.Conn.Close() })
+	return &client{t: t, w: w}
 }
 
 func (cl *client) send(m map[string]any) {
 	cl.t.Helper()
-	m["token"] = testToken
-	b, err := json.Marshal(m)
-	if err != nil {
-		cl.t.Fatal(err)
-	}
-	_ = cl.c.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	if _, err := cl.c.Write(append(b, '\n')); err != nil {
+	if err := cl.w.Send(m); err != nil {
 		cl.t.Fatal(err)
 	}
 }
@@ -130,13 +124,9 @@ func (cl *client) send(m map[string]any) {
 // read returns the next reply line, or nil at the end of the stream.
 func (cl *client) read() []byte {
 	cl.t.Helper()
-	_ = cl.c.SetReadDeadline(time.Now().Add(20 * time.Second))
-	line, err := cl.r.ReadBytes('\n')
-	if err != nil {
-		if ne, ok := err.(net.Error); ok && ne.Timeout() {
-			cl.t.Fatal("no reply within 20s")
-		}
-		return nil
+	line, err := cl.w.ReadLine(20 * time.Second)
+	if errors.Is(err, testharness.ErrNoReply) {
+		cl.t.Fatal(err)
 	}
 	return line
 }
@@ -169,30 +159,7 @@ func field(t *testing.T, m map[string]json.RawMessage, name string) string {
 const emptyScopeUnavailable = `{"category":"execution-scope-unavailable","bytes":0,"sha256":"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}`
 
 // children lists the processes whose parent is the test process.
-func children() []int {
-	self := os.Getpid()
-	entries, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 || i+2 >= len(b) {
-			continue
-		}
-		f := strings.Fields(string(b[i+2:]))
-		if len(f) > 1 && f[1] == strconv.Itoa(self) {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
+func children() []int { return testharness.Children(os.Getpid()) }
 
 // Rule 6.6: when the scope cannot be set up, the reply is 111,
 // execution-scope-unavailable, and nothing runs or is signalled.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/relayd/relayd/internal/exec"
 	"github.com/relayd/relayd/internal/teardown"
+	"github.com/relayd/relayd/internal/testharness"
 )
 
 // The one reaper and tracker of this test binary. The reaper waits for every
@@ -39,60 +40,9 @@ func TestMain(m *testing.M) {
 	ctx, cancel := context.WithCancel(context.Background())
 	reaper = exec.NewReaper(ctx)
 	tracker = exec.NewTracker(ctx, reaper, 10*time.Millisecond)
-	code := m.Run()
-	if leaks := leftovers(); len(leaks) > 0 {
-		fmt.Fprintf(os.Stderr, "teardown tests: processes left behind (now killed): %v\n", leaks)
-		if code == 0 {
-			code = 1
-		}
-	}
+	code := testharness.LeakCheck("teardown tests", m.Run())
 	cancel()
 	os.Exit(code)
-}
-
-// leftovers kills and lists the live children of the test process. Every
-// process a test starts is a descendant, and the subreaper gets orphans, so
-// a process left behind shows up here. Each is pinned with a pidfd and
-// checked to be still our child before it is signalled.
-func leftovers() []string {
-	self := os.Getpid()
-	var out []string
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		out = out[:0]
-		for _, pid := range pids() {
-			if st, ok := stat(pid); ok && st.ppid == self && !st.dead() {
-				out = append(out, fmt.Sprintf("%d %q", pid, cmdline(pid)))
-			}
-		}
-		if len(out) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // poll: they may be dying already
-	}
-	for _, l := range out {
-		pid, _ := strconv.Atoi(strings.Fields(l)[0])
-		fd, err := unix.PidfdOpen(pid, 0)
-		if err != nil {
-			continue
-		}
-		if st, ok := stat(pid); ok && st.ppid == self {
-			_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
-		}
-		unix.Close(fd)
-	}
-	return out
-}
-
-func pids() []int {
-	entries, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range entries {
-		if pid, err := strconv.Atoi(e.Name()); err == nil {
-			out = append(out, pid)
-		}
-	}
-	return out
 }
 
 type procStat struct {
@@ -103,27 +53,11 @@ type procStat struct {
 func (p procStat) dead() bool { return p.state == 'Z' || p.state == 'X' }
 
 func stat(pid int) (procStat, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return procStat{}, false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return procStat{}, false
-	}
-	f := strings.Fields(string(b[i+2:]))
-	if len(f) < 4 {
-		return procStat{}, false
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	sid, _ := strconv.Atoi(f[3])
-	return procStat{ppid: ppid, sid: sid, state: f[0][0]}, true
+	st, err := testharness.ReadStat(pid)
+	return procStat{ppid: st.PPID, sid: st.SID, state: st.State}, err == nil
 }
 
-func cmdline(pid int) string {
-	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
-}
+func cmdline(pid int) string { return testharness.Cmdline(pid) }
 
 // syncBuffer collects a subject's stdout; the drain writes from its own goroutine.
 type syncBuffer struct {

@@ -1,0 +1,569 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/relayd/relayd/internal/protocol"
+)
+
+// Message kinds of protocol section 4.
+const (
+	kindReady    = "ready"
+	kindExecute  = "execute"
+	kindExecuted = "executed"
+	kindVerify   = "verify"
+	kindVerified = "verified"
+	kindError    = "error"
+	kindOutput   = "output"  // extension (4.5)
+	kindStarted  = "started" // extension (4.5)
+)
+
+// Defaults of a zero Dialer.
+const (
+	// DefaultTeardownTimeout is relayd's default --teardown-timeout.
+	DefaultTeardownTimeout = 10 * time.Second
+	// DefaultReplyTimeout bounds a reply relayd writes at once (ready,
+	// errors, verify with nothing running); relayd's --write-timeout is 10s.
+	DefaultReplyTimeout = 10 * time.Second
+	// DefaultMaxReplyBytes is the longest reply line read: 1 MiB of stdout
+	// and 1 MiB of stderr, each escaped up to six times, fit.
+	DefaultMaxReplyBytes = 16 << 20
+)
+
+// settleSlack is the "small constant" of protocol rule 6.7 past the
+// teardown deadline, and room for the reply to travel. A variable only so
+// that the package's tests can shorten it.
+var settleSlack = 5 * time.Second
+
+// A Dialer holds what a controller knows of the relayds it talks to. The
+// zero value uses relayd's defaults.
+type Dialer struct {
+	// TeardownTimeout is relayd's --teardown-timeout: how long a settlement
+	// may take. A reply is awaited that long past an execution's Timeout
+	// (or past a Verify) before the client gives up. 0: DefaultTeardownTimeout.
+	TeardownTimeout time.Duration
+	// ReplyTimeout bounds a reply relayd sends at once, and a write.
+	// 0: DefaultReplyTimeout.
+	ReplyTimeout time.Duration
+	// MaxReplyBytes is the longest reply line accepted; a longer one ends
+	// the connection with ErrBadReply. 0: DefaultMaxReplyBytes.
+	MaxReplyBytes int
+	// MaxWait, when positive, bounds every wait for a reply, an execute's
+	// without a Timeout included (which ctx alone bounds otherwise); past
+	// it the call ends as ErrReplyOverdue. It costs nothing per call,
+	// unlike a context with a deadline.
+	MaxWait time.Duration
+}
+
+func (d *Dialer) withDefaults() Dialer {
+	out := Dialer{}
+	if d != nil {
+		out = *d
+	}
+	if out.TeardownTimeout <= 0 {
+		out.TeardownTimeout = DefaultTeardownTimeout
+	}
+	if out.ReplyTimeout <= 0 {
+		out.ReplyTimeout = DefaultReplyTimeout
+	}
+	if out.MaxReplyBytes <= 0 {
+		out.MaxReplyBytes = DefaultMaxReplyBytes
+	}
+	return out
+}
+
+// bound is wait, or MaxWait when that is shorter.
+func (d Dialer) bound(wait time.Duration) time.Duration {
+	if d.MaxWait > 0 && d.MaxWait < wait {
+		return d.MaxWait
+	}
+	return wait
+}
+
+// Dial connects to a relayd that listens on addr (host:port), authenticates
+// with token and does the ready handshake, all within ctx. It is
+// (*Dialer)(nil).Dial: relayd's default timeouts.
+func Dial(ctx context.Context, addr, token string) (*Conn, error) {
+	var d *Dialer
+	return d.Dial(ctx, addr, token)
+}
+
+// Dial connects to a relayd that listens on addr, like the package's Dial,
+// with d's settings.
+func (d *Dialer) Dial(ctx context.Context, addr, token string) (*Conn, error) {
+	cfg := d.withDefaults()
+	var nd net.Dialer
+	nc, err := nd.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("client.Dial %s: %w", addr, err)
+	}
+	c := newConn(nc, protocol.NewLineReader(nc, cfg.MaxReplyBytes), token, cfg)
+	hello, err := c.Ready(ctx)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("client.Dial %s: handshake: %w", addr, err)
+	}
+	c.hello = hello
+	return c, nil
+}
+
+// Conn is one authenticated connection to one relayd. Its methods may be
+// called from several goroutines: Ready and Verify while an Execute waits,
+// as the protocol allows; a second Execute while one runs returns ErrBusy.
+//
+// There is no reader goroutine: a call that waits for its reply reads the
+// connection itself, one reader at a time, and hands what it reads for other
+// calls to them. A reply thus reaches its caller without a hand-off.
+type Conn struct {
+	nc    net.Conn
+	lr    *protocol.LineReader // used only by the holder of readTurn
+	token string
+	cfg   Dialer
+	hello Ready
+
+	wmu      sync.Mutex    // one write at a time
+	readTurn chan struct{} // capacity 1: holding a token is the right to read
+
+	mu      sync.Mutex
+	calls   map[string]*call // by id, as relayd echoes it
+	nextID  int64
+	running bool          // an Execute is outstanding
+	err     error         // set once: why the connection is over
+	dead    chan struct{} // closed when err is set
+}
+
+// call is one request waiting for its reply.
+type call struct {
+	want    string     // the reply's kind
+	into    any        // what the reply is decoded into
+	reply   chan reply // a reply another call's reader read; buffered 1
+	output  func(Output)
+	started func(string)
+	// Set by the call's own reader, which decodes its reply in place
+	// (before giving up the turn, while the line is still valid).
+	decoded bool
+	result  error
+}
+
+// reply is a reply line (a copy) and its kind.
+type reply struct {
+	kind string
+	line []byte
+}
+
+func newConn(nc net.Conn, lr *protocol.LineReader, token string, cfg Dialer) *Conn {
+	return &Conn{nc: nc, lr: lr, token: token, cfg: cfg, readTurn: make(chan struct{}, 1),
+		calls: map[string]*call{}, dead: make(chan struct{})}
+}
+
+// Handshake returns the ready message relayd sent when the connection was
+// made: its workspace, version, scope mechanism and instruction.
+func (c *Conn) Handshake() Ready { return c.hello }
+
+// RemoteAddr is relayd's address.
+func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
+
+// Close closes the connection. A running execution is then settled by
+// relayd (transport loss); a call still waiting returns ErrClosed.
+func (c *Conn) Close() error {
+	c.fail(ErrClosed)
+	return nil
+}
+
+// fail ends the connection for the reason err (the first reason wins) and
+// wakes every waiting call.
+func (c *Conn) fail(err error) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = err
+		close(c.dead)
+	}
+	c.mu.Unlock()
+	_ = c.nc.Close()
+}
+
+// failure is why the connection is over.
+func (c *Conn) failure() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// readOne reads one line, holding readTurn, until deadline (zero: none),
+// and hands it to the call it answers. It returns an error when the
+// connection is over.
+func (c *Conn) readOne(deadline time.Time, self *call) error {
+	_ = c.nc.SetReadDeadline(deadline)
+	line, err := c.lr.ReadLine()
+	if err != nil {
+		var ne net.Error
+		switch {
+		case errors.Is(err, protocol.ErrLineTooLong):
+			c.fail(fmt.Errorf("%w: a reply longer than %d bytes (Dialer.MaxReplyBytes)", ErrBadReply, c.cfg.MaxReplyBytes))
+		case errors.As(err, &ne) && ne.Timeout() && c.failure() == nil:
+			c.fail(ErrReplyOverdue)
+		default:
+			c.fail(fmt.Errorf("%w: %v", ErrConnLost, err))
+		}
+		return c.failure()
+	}
+	kind, id, ok := quickHead(line)
+	if !ok {
+		var head struct {
+			Kind string          `json:"kind"`
+			ID   json.RawMessage `json:"id"`
+		}
+		if json.Unmarshal(line, &head) != nil {
+			c.fail(fmt.Errorf("%w: a line that is not a JSON object", ErrBadReply))
+			return c.failure()
+		}
+		kind, id = head.Kind, idKey(head.ID)
+	}
+	c.dispatch(kind, id, line, self)
+	return nil
+}
+
+// quickHead reads kind and id from the start of a reply as relayd writes
+// it (compact, "token" if any, then "kind", then "id" if any, strings
+// without escapes), without decoding the rest: a round trip's reply is
+// then decoded once. ok is false for anything else, which the caller then
+// decodes in full.
+func quickHead(line []byte) (kind, id string, ok bool) {
+	rest, found := bytes.CutPrefix(line, []byte(`{"token":"`))
+	if found {
+		i := bytes.IndexByte(rest, '"')
+		if i < 0 || bytes.IndexByte(rest[:i], '\\') >= 0 {
+			return "", "", false
+		}
+		if rest, found = bytes.CutPrefix(rest[i+1:], []byte(`,"kind":"`)); !found {
+			return "", "", false
+		}
+	} else if rest, found = bytes.CutPrefix(line, []byte(`{"kind":"`)); !found {
+		return "", "", false
+	}
+	i := bytes.IndexByte(rest, '"')
+	if i < 0 || bytes.IndexByte(rest[:i], '\\') >= 0 {
+		return "", "", false
+	}
+	kind, rest = string(rest[:i]), rest[i+1:]
+	rest, found = bytes.CutPrefix(rest, []byte(`,"id":`))
+	if !found {
+		return kind, "", true
+	}
+	// An id is a JSON integer or a string (protocol section 4); this
+	// client sends integers.
+	end := bytes.IndexAny(rest, ",}")
+	if end <= 0 {
+		return "", "", false
+	}
+	for _, b := range rest[:end] {
+		if (b < '0' || b > '9') && b != '-' {
+			return "", "", false
+		}
+	}
+	return kind, string(rest[:end]), true
+}
+
+func idKey(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if len(raw) == 0 || json.Compact(&b, raw) != nil {
+		return ""
+	}
+	return b.String()
+}
+
+func (c *Conn) dispatch(kind, id string, line []byte, self *call) {
+	c.mu.Lock()
+	cl := c.calls[id]
+	var all []*call
+	if kind == kindError && cl == nil {
+		// An error relayd could not tie to an id (bad-json,
+		// line-too-long, a line cut short): it concerns every waiting call.
+		for _, x := range c.calls {
+			all = append(all, x)
+		}
+	}
+	c.mu.Unlock()
+	switch {
+	case kind == kindOutput:
+		if cl != nil && cl.output != nil {
+			var o Output
+			if json.Unmarshal(line, &o) == nil {
+				cl.output(o)
+			}
+		}
+	case kind == kindStarted:
+		if cl != nil && cl.started != nil {
+			var s struct {
+				Execution string `json:"execution"`
+			}
+			if json.Unmarshal(line, &s) == nil {
+				cl.started(s.Execution)
+			}
+		}
+	case cl != nil && cl == self:
+		self.result, self.decoded = decodeReply(reply{kind, line}, self.want, self.into), true
+	case cl != nil:
+		deliver(cl, kind, line)
+	default:
+		for _, x := range all {
+			deliver(x, kind, line)
+		}
+	}
+}
+
+func deliver(cl *call, kind string, line []byte) {
+	select {
+	case cl.reply <- reply{kind, append([]byte(nil), line...)}:
+	default: // it has its reply already
+	}
+}
+
+// Ready probes relayd and returns its ready reply.
+func (c *Conn) Ready(ctx context.Context) (Ready, error) {
+	var r Ready
+	err := c.roundTrip(ctx, map[string]any{"kind": kindReady}, &call{want: kindReady, into: &r}, c.cfg.bound(c.cfg.ReplyTimeout))
+	return r, err
+}
+
+// Verify tells relayd that the subject's time is over (protocol section
+// 4.3). An execution still running on this connection is settled, and its
+// Execute returns FrameworkTimeout, before Verify returns. A relayd that
+// dials out closes the connection and exits after answering.
+func (c *Conn) Verify(ctx context.Context) (Verified, error) {
+	var v Verified
+	err := c.roundTrip(ctx, map[string]any{"kind": kindVerify}, &call{want: kindVerified, into: &v},
+		c.cfg.bound(c.cfg.ReplyTimeout+c.cfg.TeardownTimeout+settleSlack))
+	return v, err
+}
+
+// executeWire is an execute line; field order as in the protocol.
+type executeWire struct {
+	Token         string            `json:"token"`
+	Kind          string            `json:"kind"`
+	ID            int64             `json:"id"`
+	Command       string            `json:"command"`
+	Args          []string          `json:"args,omitempty"`
+	Environment   map[string]string `json:"environment,omitempty"`
+	Credentials   map[string]string `json:"credentials,omitempty"`
+	ResultToken   string            `json:"resultToken,omitempty"`
+	CaptureStdout *bool             `json:"captureStdout,omitempty"`
+	Cwd           string            `json:"cwd,omitempty"`
+	TimeoutMs     int64             `json:"timeoutMs,omitempty"`
+	CaptureStderr bool              `json:"captureStderr,omitempty"`
+	Stream        bool              `json:"stream,omitempty"`
+	OnExit        OnExit            `json:"onExit,omitempty"`
+	DetachMs      int64             `json:"detachMs,omitempty"`
+}
+
+// millis rounds d up to whole milliseconds, so that a Timeout of 1ns is
+// still a deadline.
+func millis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// Execute runs req on relayd and returns its reply. The subject's exit code
+// is in Executed.ExitCode; err is for what kept the reply from coming (an
+// *Error from relayd, ErrBusy, a lost connection, ctx). See the package
+// documentation for cancellation and how long Execute waits.
+func (c *Conn) Execute(ctx context.Context, req Request) (Executed, error) {
+	var e Executed
+	if req.Timeout < 0 || req.Detach < 0 {
+		return e, &Error{Category: ErrBadRequest.Category, Message: "client: Request.Timeout and Request.Detach must not be negative"}
+	}
+	c.mu.Lock()
+	busy := c.running
+	c.running = true
+	c.mu.Unlock()
+	if busy {
+		return e, &Error{Category: ErrBusy.Category, Message: "client: an execution already runs on this connection (one at a time; use another Conn or a Pool)"}
+	}
+	defer func() {
+		c.mu.Lock()
+		c.running = false
+		c.mu.Unlock()
+	}()
+	w := executeWire{Kind: kindExecute, Command: req.Command, Args: req.Args,
+		Environment: req.Environment, Credentials: req.Credentials, ResultToken: req.ResultToken,
+		Cwd: req.Cwd, TimeoutMs: millis(req.Timeout), CaptureStderr: req.CaptureStderr,
+		Stream: req.Output != nil, OnExit: req.OnExit, DetachMs: millis(req.Detach)}
+	if req.DiscardStdout {
+		f := false
+		w.CaptureStdout = &f
+	}
+	wait := time.Duration(math.MaxInt64) // ctx (and MaxWait) alone bound it
+	if req.Timeout > 0 && req.Timeout < wait-c.cfg.TeardownTimeout-settleSlack {
+		wait = req.Timeout + c.cfg.TeardownTimeout + settleSlack
+	}
+	wait = c.cfg.bound(wait)
+	err := c.roundTrip(ctx, &w, &call{want: kindExecuted, into: &e, output: req.Output, started: req.Started}, wait)
+	return e, err
+}
+
+// roundTrip sends one request and waits for its reply, decoded into
+// cl.into (an error reply becomes an *Error). msg is a map or an
+// *executeWire; its token and id are set here.
+func (c *Conn) roundTrip(ctx context.Context, msg any, cl *call, wait time.Duration) error {
+	cl.reply = make(chan reply, 1)
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return err
+	}
+	c.nextID++
+	id := c.nextID
+	key := strconv.FormatInt(id, 10)
+	c.calls[key] = cl
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.calls, key)
+		c.mu.Unlock()
+	}()
+
+	switch m := msg.(type) {
+	case map[string]any:
+		m["token"], m["id"] = c.token, id
+	case *executeWire:
+		m.Token, m.ID = c.token, id
+	}
+	b, err := json.Marshal(msg)
+	if err != nil {
+		return fmt.Errorf("client: encoding a request: %w", err)
+	}
+	// A cancelled ctx closes the connection, which also ends a read in
+	// progress.
+	stop := context.AfterFunc(ctx, func() { c.fail(errCancelled) })
+	defer stop()
+	if err := c.write(append(b, '\n')); err != nil {
+		return callErr(ctx, err)
+	}
+	var deadline time.Time
+	if wait < time.Duration(math.MaxInt64) {
+		deadline = time.Now().Add(wait)
+	}
+	transport, err := c.await(cl, deadline)
+	if transport {
+		if errors.Is(err, ErrReplyOverdue) {
+			err = fmt.Errorf("%w (waited %s)", ErrReplyOverdue, wait)
+		}
+		return callErr(ctx, err)
+	}
+	return err
+}
+
+// errCancelled is why a connection ended when a caller's context did.
+var errCancelled = fmt.Errorf("%w: a caller's context ended", ErrClosed)
+
+// callErr is the error a call returns: its context's error when a
+// cancellation ended the connection and this call's context is done.
+func callErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(err, errCancelled) {
+		return ctx.Err()
+	}
+	return err
+}
+
+// await waits for cl's reply until deadline (zero: none), reading the
+// connection itself whenever no other call is reading it, and returns the
+// reply's decoding error, or (transport true) the connection's failure.
+func (c *Conn) await(cl *call, deadline time.Time) (transport bool, err error) {
+	select {
+	case c.readTurn <- struct{}{}: // the usual case: nobody else reads
+		return c.readFor(cl, deadline)
+	default:
+	}
+	var timeout <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case rep := <-cl.reply:
+		return false, decodeReply(rep, cl.want, cl.into)
+	case c.readTurn <- struct{}{}:
+		return c.readFor(cl, deadline)
+	case <-c.dead:
+		return c.lastReply(cl)
+	case <-timeout:
+		c.fail(ErrReplyOverdue)
+		return true, ErrReplyOverdue
+	}
+}
+
+// readFor reads, holding readTurn, until cl's reply has come, then gives
+// the turn back.
+func (c *Conn) readFor(cl *call, deadline time.Time) (transport bool, err error) {
+	defer func() { <-c.readTurn }()
+	for {
+		select {
+		case rep := <-cl.reply: // read by the call that read before
+			return false, decodeReply(rep, cl.want, cl.into)
+		default:
+		}
+		if err := c.readOne(deadline, cl); err != nil {
+			return c.lastReply(cl)
+		}
+		if cl.decoded {
+			return false, cl.result
+		}
+	}
+}
+
+// lastReply is cl's reply if it came with the end of the stream, else why
+// the connection is over.
+func (c *Conn) lastReply(cl *call) (transport bool, err error) {
+	select {
+	case rep := <-cl.reply:
+		return false, decodeReply(rep, cl.want, cl.into)
+	default:
+		return true, c.failure()
+	}
+}
+
+func (c *Conn) write(b []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.ReplyTimeout))
+	if _, err := c.nc.Write(b); err != nil {
+		c.fail(fmt.Errorf("%w: writing a request: %v", ErrConnLost, err))
+		return c.failure()
+	}
+	return nil
+}
+
+// decodeReply decodes rep, which should be of kind want, into v; an error
+// reply becomes an *Error.
+func decodeReply(rep reply, want string, v any) error {
+	switch rep.kind {
+	case want:
+		if err := json.Unmarshal(rep.line, v); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrBadReply, want, err)
+		}
+		return nil
+	case kindError:
+		var e struct {
+			Error *Error `json:"error"`
+		}
+		if err := json.Unmarshal(rep.line, &e); err != nil || e.Error == nil {
+			return fmt.Errorf("%w: an error without its error object", ErrBadReply)
+		}
+		return e.Error
+	default:
+		return fmt.Errorf("%w: got %q; want %q", ErrBadReply, rep.kind, want)
+	}
+}

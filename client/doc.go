@@ -1,0 +1,29 @@
+// Package client is a controller for relayd: it speaks relayd's wire
+// protocol (newline-delimited JSON over TCP, protocol version 1) so that a Go
+// harness does not have to.
+//
+// A Conn is one authenticated connection to one relayd. Dial makes one to a
+// relayd that listens; a Listener accepts relayds that dial out
+// (relayd --connect) and hands each to the trial that knows its token. On a
+// Conn, Execute runs one command in a tracked scope and returns its Executed
+// reply, Verify marks the end of the subject's time, and Ready probes.
+//
+// The protocol runs one execution at a time on a connection: a second
+// Execute on a Conn whose execution is still running returns ErrBusy without
+// asking relayd. A Pool keeps several connections to run several at once.
+//
+// Cancellation: when the ctx of a call is done before its reply arrives, the
+// call closes the connection and returns the context's error. relayd treats
+// the closed connection as transport loss: it settles whatever the
+// connection was running (protocol rule 6.4). The Conn is then unusable.
+//
+// Waits are bounded. Execute with a Timeout waits for the reply at most
+// Timeout plus relayd's teardown budget (Dialer.TeardownTimeout, relayd's
+// --teardown-timeout, plus a small constant), then closes the connection and
+// returns ErrReplyOverdue; without a Timeout it waits as long as ctx allows.
+// The client never half-closes a connection: a reply owed is read before
+// the connection is closed, by Close or by relayd.
+//
+// The package does not start relayd, run anything itself, or retry: a lost
+// connection is reported (ErrConnLost) and the caller decides.
+package client

@@ -1,0 +1,268 @@
+package client
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/relayd/relayd/internal/protocol"
+)
+
+// Limits of a Listener.
+const (
+	// helloTimeout bounds how long a dialing peer may take to send ready.
+	helloTimeout = 10 * time.Second
+	// maxHello is the longest first line read from a dialing peer.
+	maxHello = 64 << 10
+	// maxHandshakes is how many peers may be in their handshake at once;
+	// more are closed at once.
+	maxHandshakes = 256
+	// maxHeld is how many relayds may wait for their trial's Accept.
+	maxHeld = 256
+	// holdTimeout is how long a relayd whose trial has not called Accept
+	// yet is kept before it is closed.
+	holdTimeout = 60 * time.Second
+)
+
+// ErrListenerClosed is returned by Accept once the Listener is closed.
+var ErrListenerClosed = errors.New("client: listener closed")
+
+// A Listener accepts relayds that dial out (relayd --connect ADDR): the
+// topology where thousands of containers need only egress to one controller
+// address. Each relayd's first line is its ready message, carrying its
+// token; Accept hands the connection to the trial that waits for that token.
+//
+// A relayd that arrives before its trial calls Accept is held (at most 256,
+// each for 60 s); one that sends anything but a ready with a token within
+// 10 s is closed. Tokens are compared by their SHA-256 digests, so a peer
+// learns nothing from how long a lookup takes.
+type Listener struct {
+	ln  net.Listener
+	cfg Dialer
+
+	mu      sync.Mutex
+	waiting map[[32]byte]chan *Conn
+	held    map[[32]byte][]heldConn
+	nheld   int
+	closed  bool
+
+	slots chan struct{} // handshakes in progress
+	wg    sync.WaitGroup
+}
+
+type heldConn struct {
+	c    *Conn
+	when time.Time
+}
+
+// Listen listens on addr (e.g. "127.0.0.1:7700") for dial-out relayds, with
+// relayd's default timeouts.
+func Listen(addr string) (*Listener, error) {
+	var d *Dialer
+	return d.Listen(addr)
+}
+
+// Listen is the package's Listen with d's settings for every Conn.
+func (d *Dialer) Listen(addr string) (*Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("client.Listen %s: %w", addr, err)
+	}
+	return d.NewListener(ln), nil
+}
+
+// NewListener serves dial-out relayds on ln, which it owns from then on.
+func (d *Dialer) NewListener(ln net.Listener) *Listener {
+	l := &Listener{ln: ln, cfg: d.withDefaults(), waiting: map[[32]byte]chan *Conn{},
+		held: map[[32]byte][]heldConn{}, slots: make(chan struct{}, maxHandshakes)}
+	l.wg.Add(1)
+	go l.acceptLoop()
+	return l
+}
+
+// Addr is the address the Listener listens on.
+func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
+
+// Close stops listening and closes every relayd still held. Connections
+// already handed out by Accept are their owners' to close.
+func (l *Listener) Close() error {
+	l.mu.Lock()
+	l.closed = true
+	var held []*Conn
+	for _, hs := range l.held {
+		for _, h := range hs {
+			held = append(held, h.c)
+		}
+	}
+	l.held, l.nheld = map[[32]byte][]heldConn{}, 0
+	for k, ch := range l.waiting {
+		close(ch)
+		delete(l.waiting, k)
+	}
+	l.mu.Unlock()
+	err := l.ln.Close()
+	l.wg.Wait()
+	for _, c := range held {
+		c.Close()
+	}
+	return err
+}
+
+// Accept waits, within ctx, for the relayd whose ready carries token, and
+// returns its connection, handshake done (Conn.Handshake is that ready).
+// One Accept at a time may wait for a given token.
+func (l *Listener) Accept(ctx context.Context, token string) (*Conn, error) {
+	key := sha256.Sum256([]byte(token))
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil, ErrListenerClosed
+	}
+	if hs := l.held[key]; len(hs) > 0 {
+		c := hs[0].c
+		l.held[key] = hs[1:]
+		if len(l.held[key]) == 0 {
+			delete(l.held, key)
+		}
+		l.nheld--
+		l.mu.Unlock()
+		return c, nil
+	}
+	if _, dup := l.waiting[key]; dup {
+		l.mu.Unlock()
+		return nil, errors.New("client: Listener.Accept: another Accept already waits for this token")
+	}
+	ch := make(chan *Conn, 1)
+	l.waiting[key] = ch
+	l.mu.Unlock()
+	select {
+	case c, ok := <-ch:
+		if !ok {
+			return nil, ErrListenerClosed
+		}
+		return c, nil
+	case <-ctx.Done():
+		l.mu.Lock()
+		if l.waiting[key] == ch {
+			delete(l.waiting, key)
+		}
+		l.mu.Unlock()
+		select {
+		case c, ok := <-ch: // handed over as ctx ended
+			if ok {
+				c.Close()
+			}
+		default:
+		}
+		return nil, ctx.Err()
+	}
+}
+
+func (l *Listener) acceptLoop() {
+	defer l.wg.Done()
+	var delay time.Duration
+	for {
+		nc, err := l.ln.Accept()
+		if err != nil {
+			l.mu.Lock()
+			closed := l.closed
+			l.mu.Unlock()
+			var ne net.Error
+			if closed || !errors.As(err, &ne) || !ne.Timeout() && !isTemporary(err) {
+				return
+			}
+			// A shortage of descriptors: back off like net/http.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			time.Sleep(delay)
+			continue
+		}
+		delay = 0
+		select {
+		case l.slots <- struct{}{}:
+		default:
+			nc.Close() // too many handshakes at once
+			continue
+		}
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			defer func() { <-l.slots }()
+			l.handshake(nc)
+		}()
+	}
+}
+
+func isTemporary(err error) bool {
+	var t interface{ Temporary() bool }
+	return errors.As(err, &t) && t.Temporary()
+}
+
+// handshake reads a dialing relayd's ready and hands its connection to the
+// Accept that waits for its token, or holds it.
+func (l *Listener) handshake(nc net.Conn) {
+	_ = nc.SetReadDeadline(time.Now().Add(helloTimeout))
+	lr := protocol.NewLineReader(nc, max(l.cfg.MaxReplyBytes, maxHello))
+	line, err := lr.ReadLine()
+	if err != nil || len(line) > maxHello {
+		nc.Close()
+		return
+	}
+	var hello struct {
+		Ready
+		Kind  string `json:"kind"`
+		Token string `json:"token"`
+	}
+	if json.Unmarshal(line, &hello) != nil || hello.Kind != kindReady || hello.Token == "" {
+		nc.Close()
+		return
+	}
+	_ = nc.SetReadDeadline(time.Time{})
+	key := sha256.Sum256([]byte(hello.Token))
+	c := newConn(nc, lr, hello.Token, l.cfg)
+	c.hello = hello.Ready
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		c.fail(ErrListenerClosed)
+		return
+	}
+	if ch, ok := l.waiting[key]; ok {
+		delete(l.waiting, key)
+		ch <- c
+		return
+	}
+	l.expireHeld()
+	if l.nheld >= maxHeld {
+		c.fail(errors.New("client: too many relayds wait for their Accept"))
+		return
+	}
+	l.held[key] = append(l.held[key], heldConn{c: c, when: time.Now()})
+	l.nheld++
+}
+
+// expireHeld closes relayds held longer than holdTimeout. l.mu is held.
+func (l *Listener) expireHeld() {
+	now := time.Now()
+	for k, hs := range l.held {
+		keep := hs[:0]
+		for _, h := range hs {
+			if now.Sub(h.when) > holdTimeout {
+				h.c.fail(errors.New("client: no Accept for this relayd's token"))
+				l.nheld--
+				continue
+			}
+			keep = append(keep, h)
+		}
+		if len(keep) == 0 {
+			delete(l.held, k)
+		} else {
+			l.held[k] = keep
+		}
+	}
+}

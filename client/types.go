@@ -1,0 +1,172 @@
+package client
+
+import (
+	"time"
+
+	"github.com/relayd/relayd/internal/protocol"
+)
+
+// Termination says how an execution ended (protocol section 4.2).
+type Termination string
+
+const (
+	// Exited: the subject ended by itself, or never started.
+	Exited Termination = protocol.Exited
+	// FrameworkTimeout: the framework ended it (its Timeout, Verify,
+	// transport loss, relayd's shutdown); ExitCode is then 124.
+	FrameworkTimeout Termination = protocol.FrameworkTimeout
+)
+
+// Settlement says what relayd did to an execution's scope.
+type Settlement string
+
+const (
+	// SettlementNone: the scope was left alone.
+	SettlementNone Settlement = protocol.SettleNone
+	// Settled: the scope was stopped, with evidence that nothing of it remains.
+	Settled Settlement = protocol.SettleSettled
+	// Destroyed: settling could not be confirmed and destroy ran.
+	Destroyed Settlement = protocol.SettleDestroyed
+	// Failed: nothing could be confirmed.
+	Failed Settlement = protocol.SettleFailed
+)
+
+// Trustworthy reports whether the environment can still be used after this
+// settlement: true for SettlementNone and Settled. After Destroyed or Failed
+// a controller should discard the environment (protocol section 8).
+func (s Settlement) Trustworthy() bool {
+	return s == SettlementNone || s == Settled
+}
+
+// Exit codes relayd reports besides a subject's own status (and 128+S for a
+// signal S relayd did not send).
+const (
+	ExitFramework        = protocol.ExitFramework        // 124: FrameworkTimeout
+	ExitScopeUnavailable = protocol.ExitScopeUnavailable // 111: nothing ran
+	ExitNotFound         = protocol.ExitNotFound         // 127: program not found
+	ExitNotExecutable    = protocol.ExitNotExecutable    // 126: not executable, or bad cwd
+)
+
+// Diagnostic categories of an executed reply (protocol sections 4.2 and 5).
+const (
+	DiagNone             = protocol.DiagNone
+	DiagOversize         = protocol.DiagOversize
+	DiagMissing          = protocol.DiagMissing
+	DiagAmbiguous        = protocol.DiagAmbiguous
+	DiagInvalid          = protocol.DiagInvalid
+	DiagUnstructured     = protocol.DiagUnstructured
+	DiagScopeUnavailable = protocol.DiagScopeUnavailable
+)
+
+// Diagnostic is what relayd says about a subject's stdout: Category is one
+// of the Diag constants; Bytes and SHA256 describe the carrier when relayd
+// counted it (Counted).
+type Diagnostic struct {
+	Category string `json:"category"`
+	Bytes    *int64 `json:"bytes,omitempty"`
+	SHA256   string `json:"sha256,omitempty"`
+}
+
+// Counted reports whether the diagnostic carries bytes and sha256.
+func (d Diagnostic) Counted() bool { return d.Bytes != nil }
+
+// Survivor is a process of a scope still alive after its subject exited.
+type Survivor struct {
+	PID  int      `json:"pid"`
+	Argv []string `json:"argv"`
+}
+
+// OnExit says what happens to a scope when its subject exits by itself
+// (extension, protocol section 4.5). The empty value is relayd's default,
+// OnExitLeave.
+type OnExit string
+
+const (
+	OnExitLeave           OnExit = "leave"
+	OnExitSettle          OnExit = "settle"
+	OnExitSettleOnFailure OnExit = "settle-on-failure"
+)
+
+// Output is one chunk of live output (extension, protocol section 4.5).
+type Output struct {
+	Execution string `json:"execution"`
+	Stream    string `json:"stream"` // "stdout" or "stderr"
+	Data      string `json:"data"`
+	Dropped   int64  `json:"dropped,omitempty"` // bytes left out since the last chunk
+}
+
+// Request is one execute. Only Command is required.
+//
+// Fields marked as extensions of protocol section 4.5 are sent as written;
+// a relayd that does not know them ignores them, and the reply then lacks
+// what they ask for.
+type Request struct {
+	Command     string            // a path, or a name looked up in the subject's PATH; no shell
+	Args        []string          // arguments
+	Environment map[string]string // variables added to the subject's environment
+	Credentials map[string]string // secret variables: never logged or echoed by relayd
+	ResultToken string            // 32 lower-case hex digits: turns on the result carrier
+	// DiscardStdout drains and drops the subject's stdout (captureStdout
+	// false); the zero value returns it.
+	DiscardStdout bool
+	Cwd           string        // working directory; relative to relayd's workspace
+	Timeout       time.Duration // the framework's deadline (timeoutMs, rounded up to a millisecond); 0: none
+
+	// Extensions (protocol section 4.5).
+	CaptureStderr bool          // return stderr in Executed.Stderr
+	OnExit        OnExit        // "" leaves the choice to relayd (leave)
+	Detach        time.Duration // detachMs: the execution may outlive its connection this long
+	// Output, when set, asks for live output (stream) and is called, from
+	// the connection's reader, for each chunk in the order relayd sent
+	// them. It must not block for long: replies wait behind it.
+	Output func(Output)
+	// Started, when set, is called with relayd's execution id once relayd
+	// reports that the subject runs (with Output or Detach only).
+	Started func(execution string)
+}
+
+// Executed is relayd's reply to an execute. It never holds the token.
+type Executed struct {
+	Termination      Termination `json:"termination"`
+	ExitCode         int         `json:"exitCode"`
+	Stdout           string      `json:"stdout"`
+	StdoutTruncated  bool        `json:"stdoutTruncated,omitempty"` // raw mode: stdout was cut
+	Stderr           string      `json:"stderr,omitempty"`          // with CaptureStderr (extension)
+	StderrTruncated  bool        `json:"stderrTruncated,omitempty"` // with CaptureStderr (extension)
+	Diagnostic       Diagnostic  `json:"diagnostic"`
+	Execution        string      `json:"execution"`
+	Settlement       Settlement  `json:"settlement"`
+	Survivors        []Survivor  `json:"survivors"`
+	SurvivorsOmitted int         `json:"survivorsOmitted,omitempty"`
+	Scope            struct {
+		Mechanism string `json:"mechanism"`
+	} `json:"scope"`
+	Signal     string `json:"signal,omitempty"` // a signal relayd did not send killed the subject
+	Detail     string `json:"detail,omitempty"` // a sentence for people when something went wrong
+	DurationMs int64  `json:"durationMs"`
+}
+
+// Duration is the subject's wall time.
+func (e *Executed) Duration() time.Duration {
+	return time.Duration(e.DurationMs) * time.Millisecond
+}
+
+// Ready is relayd's ready message: its answer to a probe, and the first line
+// of a relayd that dials out.
+type Ready struct {
+	Instruction string   `json:"instruction"` // the task instruction; "" when none
+	Cwd         string   `json:"cwd"`         // default working directory of executions
+	Protocol    int      `json:"protocol"`
+	Version     string   `json:"version"`
+	Scope       string   `json:"scope"`              // the scope mechanism, e.g. "cgroup"
+	Detached    []string `json:"detached,omitempty"` // dial-out: detached executions (extension)
+}
+
+// Verified is relayd's reply to verify.
+type Verified struct {
+	// Quiescent: nothing of this session runs and every settlement was
+	// confirmed. Survivors do not count against it.
+	Quiescent        bool       `json:"quiescent"`
+	Survivors        []Survivor `json:"survivors"`
+	SurvivorsOmitted int        `json:"survivorsOmitted,omitempty"`
+}

@@ -1,0 +1,370 @@
+// Command relayctl talks to relayd for people: the netcat replacement. It
+// runs one command through relayd and exits with the command's status
+// (relayctl exec), probes it (ready), ends a session (verify), or plays the
+// controller for a relayd that dials out (accept).
+//
+// It is a thin shell over package client; main calls run and nothing else
+// exits.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/relayd/relayd/client"
+)
+
+// exitFailed is relayctl's own failure (usage, token, connection, a
+// protocol error): 125, like timeout(1) and docker run, so that it cannot
+// be taken for a subject's status, 124 (framework timeout) or 126/127.
+const exitFailed = 125
+
+const usage = `relayctl talks to relayd (docs/protocol.md).
+
+  relayctl exec [flags] -- COMMAND ARGS...   run COMMAND; print its stdout; exit with its status
+  relayctl ready [flags]                     probe relayd: version, scope mechanism, workspace
+  relayctl verify [flags]                    end the subject's time (protocol 4.3)
+  relayctl accept --listen ADDR [flags] [-- COMMAND ARGS...]
+                                             wait for a relayd that dials out (relayd --connect),
+                                             run COMMAND if given, then verify
+
+The token comes from --token-file FILE or the environment variable
+RELAYD_TOKEN, never from a flag's value. Exit status: the command's own
+(124 when relayd ended it at --timeout); 125 when relayctl itself failed.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+// options are relayctl's flags; each has a comment in its flag's help.
+type options struct {
+	addr            string
+	listen          string
+	tokenFile       string
+	timeout         time.Duration
+	teardownTimeout time.Duration
+	acceptTimeout   time.Duration
+	env             []string
+	cwd             string
+	json            bool
+}
+
+func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stderr, usage)
+		if len(args) == 0 {
+			return exitFailed
+		}
+		return 0
+	}
+	verb := args[0]
+	switch verb {
+	case "exec", "ready", "verify", "accept":
+	default:
+		fmt.Fprintf(stderr, "relayctl: unknown command %q\n\n%s", verb, usage)
+		return exitFailed
+	}
+	o := options{addr: "127.0.0.1:7700"}
+	if a := getenv("RELAYCTL_ADDR"); a != "" {
+		o.addr = a
+	}
+	fs := pflag.NewFlagSet("relayctl "+verb, pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.SetInterspersed(false) // COMMAND's own flags are not relayctl's
+	fs.StringVar(&o.tokenFile, "token-file", "", "file holding the token (else the environment variable RELAYD_TOKEN)")
+	fs.DurationVar(&o.teardownTimeout, "teardown-timeout", client.DefaultTeardownTimeout, "relayd's --teardown-timeout: how long past --timeout to wait for the reply")
+	fs.BoolVar(&o.json, "json", false, "print relayd's whole reply as JSON on stdout instead of the command's stdout and a summary")
+	if verb == "accept" {
+		fs.StringVar(&o.listen, "listen", "", "address to wait on for a relayd started with --connect, e.g. 127.0.0.1:7701")
+		fs.DurationVar(&o.acceptTimeout, "accept-timeout", 60*time.Second, "how long to wait for the relayd")
+	} else {
+		fs.StringVar(&o.addr, "addr", o.addr, "relayd's address, HOST:PORT (else RELAYCTL_ADDR, else 127.0.0.1:7700)")
+	}
+	if verb == "exec" || verb == "accept" {
+		fs.DurationVar(&o.timeout, "timeout", 0, "the framework's deadline for the command (timeoutMs): relayd settles it then; 0 for none")
+		fs.StringArrayVar(&o.env, "env", nil, "K=V added to the command's environment (repeatable)")
+		fs.StringVar(&o.cwd, "cwd", "", "the command's working directory (relative: from relayd's workspace)")
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "relayctl %s: %v (relayctl %s --help lists the flags)\n", verb, err, verb)
+		return exitFailed
+	}
+	command := fs.Args()
+	if err := check(verb, o, command); err != nil {
+		fmt.Fprintf(stderr, "relayctl %s: %v\n", verb, err)
+		return exitFailed
+	}
+	token, err := loadToken(o.tokenFile, getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "relayctl %s: %v\n", verb, err)
+		return exitFailed
+	}
+	// SIGINT or SIGTERM cancels: the connection closes, and relayd settles
+	// what it was running for us (transport loss).
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	out := printer{stdout: stdout, stderr: stderr, json: o.json}
+	code, err := dispatch(ctx, verb, o, token, command, out)
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("interrupted; relayd settles what it ran for this connection (%w)", err)
+		}
+		fmt.Fprintf(stderr, "relayctl %s: %v\n", verb, err)
+		return exitFailed
+	}
+	return code
+}
+
+// check validates the flags against the verb.
+func check(verb string, o options, command []string) error {
+	switch {
+	case verb == "exec" && len(command) == 0:
+		return errors.New("no command: relayctl exec [flags] -- COMMAND ARGS...")
+	case (verb == "ready" || verb == "verify") && len(command) > 0:
+		return fmt.Errorf("takes no command, got %q", command[0])
+	case verb == "accept" && o.listen == "":
+		return errors.New("--listen ADDR is required: the address relayd --connect dials")
+	case o.timeout < 0:
+		return fmt.Errorf("--timeout must not be negative, got %s", o.timeout)
+	case o.teardownTimeout <= 0:
+		return fmt.Errorf("--teardown-timeout must be positive, got %s", o.teardownTimeout)
+	}
+	for _, kv := range o.env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return fmt.Errorf("--env %q: want NAME=VALUE", kv)
+		}
+	}
+	return nil
+}
+
+// loadToken reads the token as relayd does: --token-file (at most 64 KiB,
+// white space around it trimmed), else RELAYD_TOKEN.
+func loadToken(file string, getenv func(string) string) (string, error) {
+	if file == "" {
+		if t := strings.TrimSpace(getenv("RELAYD_TOKEN")); t != "" {
+			return t, nil
+		}
+		return "", errors.New("no token: give --token-file FILE or set RELAYD_TOKEN")
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 64<<10+1))
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("--token-file: %w", err)
+	case len(b) > 64<<10:
+		return "", fmt.Errorf("--token-file %s is larger than 64 KiB: not a token file", file)
+	case strings.TrimSpace(string(b)) == "":
+		return "", fmt.Errorf("--token-file %s is empty", file)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+func dispatch(ctx context.Context, verb string, o options, token string, command []string, out printer) (int, error) {
+	d := &client.Dialer{TeardownTimeout: o.teardownTimeout}
+	var c *client.Conn
+	var err error
+	if verb == "accept" {
+		c, err = accept(ctx, d, o, token, out)
+	} else {
+		c, err = d.Dial(ctx, o.addr, token)
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	switch verb {
+	case "ready":
+		r, err := c.Ready(ctx)
+		if err != nil {
+			return 0, err
+		}
+		out.ready(r)
+		return 0, nil
+	case "verify":
+		return verify(ctx, c, out)
+	case "exec":
+		return execute(ctx, c, o, command, out)
+	}
+	// accept: the command if one was given, then verify, which ends a
+	// dial-out relayd's session (it exits 0 when every settlement held).
+	code := 0
+	if len(command) > 0 {
+		if code, err = execute(ctx, c, o, command, out); err != nil {
+			return 0, err
+		}
+	}
+	vcode, err := verify(ctx, c, out)
+	if err != nil {
+		return 0, err
+	}
+	if len(command) == 0 {
+		code = vcode
+	}
+	return code, nil
+}
+
+// accept waits for one relayd that dials out with token.
+func accept(ctx context.Context, d *client.Dialer, o options, token string, out printer) (*client.Conn, error) {
+	ln, err := d.Listen(o.listen)
+	if err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	fmt.Fprintf(out.stderr, "relayctl: waiting on %s for relayd --connect (up to %s)\n", ln.Addr(), o.acceptTimeout)
+	ctx, cancel := context.WithTimeout(ctx, o.acceptTimeout)
+	defer cancel()
+	c, err := ln.Accept(ctx, token)
+	if err != nil {
+		return nil, fmt.Errorf("no relayd with this token called %s: %w", ln.Addr(), err)
+	}
+	if !o.json {
+		out.ready(c.Handshake())
+	}
+	return c, nil
+}
+
+func execute(ctx context.Context, c *client.Conn, o options, command []string, out printer) (int, error) {
+	req := client.Request{Command: command[0], Args: command[1:], Cwd: o.cwd, Timeout: o.timeout}
+	if len(o.env) > 0 {
+		req.Environment = map[string]string{}
+		for _, kv := range o.env {
+			k, v, _ := strings.Cut(kv, "=")
+			req.Environment[k] = v
+		}
+	}
+	e, err := c.Execute(ctx, req)
+	if err != nil {
+		return 0, err
+	}
+	out.executed(e)
+	return e.ExitCode, nil
+}
+
+func verify(ctx context.Context, c *client.Conn, out printer) (int, error) {
+	v, err := c.Verify(ctx)
+	if err != nil {
+		return 0, err
+	}
+	out.verified(v)
+	if !v.Quiescent {
+		return 1, nil
+	}
+	return 0, nil
+}
+
+// printer writes replies for people (a summary on stderr) or, with --json,
+// as JSON lines on stdout.
+type printer struct {
+	stdout, stderr io.Writer
+	json           bool
+}
+
+func (p printer) asJSON(kind string, v any) {
+	b, _ := json.Marshal(v)
+	// The kind first, as relayd writes it; the token is never printed.
+	fmt.Fprintf(p.stdout, "{\"kind\":%q,%s\n", kind, b[1:])
+}
+
+func (p printer) ready(r client.Ready) {
+	if p.json {
+		p.asJSON("ready", r)
+		return
+	}
+	fmt.Fprintf(p.stderr, "relayd %s, protocol %d, scope %s, workspace %s\n", r.Version, r.Protocol, r.Scope, r.Cwd)
+	if r.Instruction != "" {
+		fmt.Fprintf(p.stderr, "instruction: %s\n", r.Instruction)
+	}
+}
+
+func (p printer) executed(e client.Executed) {
+	if p.json {
+		p.asJSON("executed", e)
+		return
+	}
+	io.WriteString(p.stdout, e.Stdout)
+	var b strings.Builder
+	fmt.Fprintf(&b, "relayctl: %s, exit %d", e.Termination, e.ExitCode)
+	if e.Signal != "" {
+		fmt.Fprintf(&b, " (%s)", e.Signal)
+	}
+	fmt.Fprintf(&b, ", %s", settlementWords(e.Settlement))
+	fmt.Fprintf(&b, ", %s, %s (%s, %s)\n", survivorWords(e.Survivors, e.SurvivorsOmitted), e.Duration(), e.Execution, e.Scope.Mechanism)
+	if e.Diagnostic.Category != client.DiagNone {
+		fmt.Fprintf(&b, "relayctl: stdout diagnostic %s\n", e.Diagnostic.Category)
+	}
+	if e.StdoutTruncated {
+		b.WriteString("relayctl: stdout was cut at relayd's --max-stdout-bytes\n")
+	}
+	if e.Detail != "" {
+		fmt.Fprintf(&b, "relayctl: %s\n", e.Detail)
+	}
+	writeSurvivors(&b, e.Survivors)
+	io.WriteString(p.stderr, b.String())
+}
+
+func (p printer) verified(v client.Verified) {
+	if p.json {
+		p.asJSON("verified", v)
+		return
+	}
+	var b strings.Builder
+	if v.Quiescent {
+		b.WriteString("relayctl: verified: quiescent")
+	} else {
+		b.WriteString("relayctl: verified: NOT quiescent (an execution runs, or a settlement was not confirmed)")
+	}
+	fmt.Fprintf(&b, ", %s\n", survivorWords(v.Survivors, v.SurvivorsOmitted))
+	writeSurvivors(&b, v.Survivors)
+	io.WriteString(p.stderr, b.String())
+}
+
+func settlementWords(s client.Settlement) string {
+	switch s {
+	case client.SettlementNone:
+		return "scope left alone (settlement none)"
+	case client.Settled:
+		return "scope settled: nothing of it remains"
+	case client.Destroyed:
+		return "scope DESTROYED: settling was not confirmed; discard the environment"
+	case client.Failed:
+		return "settlement FAILED: nothing confirmed; discard the environment"
+	}
+	return "settlement " + string(s)
+}
+
+func survivorWords(s []client.Survivor, omitted int) string {
+	n := len(s) + omitted
+	if n == 1 {
+		return "1 survivor"
+	}
+	return fmt.Sprintf("%d survivors", n)
+}
+
+// writeSurvivors lists the first ten survivors, one a line.
+func writeSurvivors(b *strings.Builder, s []client.Survivor) {
+	for i, sv := range s {
+		if i == 10 {
+			fmt.Fprintf(b, "relayctl:   ... and %d more\n", len(s)-10)
+			break
+		}
+		fmt.Fprintf(b, "relayctl:   survivor %d %s\n", sv.PID, strings.Join(sv.Argv, " "))
+	}
+}

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relayd/relayd/internal/testharness"
+)
+
+var relaydBin, relayctlBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "relayctl-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	relaydBin, relayctlBin = filepath.Join(dir, "relayd"), filepath.Join(dir, "relayctl")
+	for name, out := range map[string]string{"relayd": relaydBin, "relayctl": relayctlBin} {
+		if err := testharness.Build(out, name); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func start(t *testing.T) *testharness.Relayd {
+	t.Helper()
+	r, err := testharness.Start(testharness.Options{Bin: relaydBin, Dir: t.TempDir(),
+		Args: []string{"--scope", "process-group", "--term-grace", "300ms", "--teardown-timeout", "3s",
+			"--state-dir", filepath.Join(t.TempDir(), "state")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if code, err := r.Stop(15 * time.Second); err != nil || code != 0 {
+			t.Errorf("relayd: exit %d, %v after SIGTERM; want 0", code, err)
+		}
+	})
+	return r
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// relayctl runs the real relayctl with env (the test's environment
+// without RELAYD_* otherwise) and returns its status and output.
+func relayctl(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(relayctlBin, args...)
+	cmd.Env = append(testharness.CleanEnv(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := testharness.RunWithin(cmd, 60*time.Second); errors.Is(err, testharness.ErrTooLong) || cmd.ProcessState == nil {
+		t.Fatalf("relayctl %v: %v", args, err)
+	}
+	return result{cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()}
+}
+
+func TestExecExitCodes(t *testing.T) {
+	r := start(t)
+	tok := []string{"RELAYD_TOKEN=" + r.Token}
+	got := relayctl(t, tok, "exec", "--addr", r.Addr, "--", "sh", "-c", "echo out; exit 7")
+	if got.code != 7 || got.stdout != "out\n" || !strings.Contains(got.stderr, "exited, exit 7") {
+		t.Fatalf("exit 7: got %d, stdout %q, stderr %q; want 7, out", got.code, got.stdout, got.stderr)
+	}
+	got = relayctl(t, tok, "exec", "--addr", r.Addr, "--timeout", "1s", "--", "sleep", "30")
+	if got.code != 124 || !strings.Contains(got.stderr, "framework_timeout") || !strings.Contains(got.stderr, "scope settled") {
+		t.Fatalf("timeout: got %d, stderr %q; want 124 saying framework_timeout, scope settled", got.code, got.stderr)
+	}
+	got = relayctl(t, tok, "exec", "--addr", r.Addr, "--", "/nonexistent")
+	if got.code != 127 {
+		t.Fatalf("missing program: got %d; want 127", got.code)
+	}
+}
+
+func TestExecFlags(t *testing.T) {
+	r := start(t)
+	if err := os.Mkdir(filepath.Join(r.Workspace, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(r.Token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := relayctl(t, nil, "exec", "--addr", r.Addr, "--token-file", tokenFile, "--env", "A=1", "--env", "B=x=y",
+		"--cwd", "sub", "--json", "--", "sh", "-c", `echo "$A $B $(pwd)"`)
+	var reply map[string]any
+	if err := json.Unmarshal([]byte(got.stdout), &reply); err != nil || got.code != 0 {
+		t.Fatalf("--json: exit %d, stdout %q: %v", got.code, got.stdout, err)
+	}
+	want := "1 x=y " + filepath.Join(r.Workspace, "sub") + "\n"
+	if reply["kind"] != "executed" || reply["stdout"] != want || reply["settlement"] != "none" {
+		t.Fatalf("--json reply %v; want executed, stdout %q, settlement none", reply, want)
+	}
+	if strings.Contains(got.stdout+got.stderr, r.Token) {
+		t.Fatal("relayctl printed the token")
+	}
+}
+
+func TestReadyAndVerify(t *testing.T) {
+	r := start(t)
+	tok := []string{"RELAYD_TOKEN=" + r.Token}
+	got := relayctl(t, tok, "ready", "--addr", r.Addr)
+	if got.code != 0 || !strings.Contains(got.stderr, "scope process-group") || !strings.Contains(got.stderr, r.Workspace) {
+		t.Fatalf("ready: %d %q", got.code, got.stderr)
+	}
+	pidFile := filepath.Join(r.Dir, "pid")
+	t.Cleanup(func() {
+		for _, pid := range pidsIn(pidFile) {
+			if testharness.Alive(pid) {
+				_ = syscallKill(pid)
+			}
+		}
+	})
+	got = relayctl(t, tok, "exec", "--addr", r.Addr, "--", "sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $! > "+pidFile)
+	if got.code != 0 || !strings.Contains(got.stderr, "1 survivor") || !strings.Contains(got.stderr, "survivor ") {
+		t.Fatalf("exec with a survivor: %d %q", got.code, got.stderr)
+	}
+	got = relayctl(t, tok, "verify", "--addr", r.Addr, "--json")
+	var v map[string]any
+	if err := json.Unmarshal([]byte(got.stdout), &v); err != nil || got.code != 0 || v["quiescent"] != true {
+		t.Fatalf("verify --json: %d %q", got.code, got.stdout)
+	}
+}
+
+func TestAccept(t *testing.T) {
+	ln := freeAddr(t)
+	d, err := testharness.Prepare(testharness.Options{Bin: relaydBin, Dir: t.TempDir(), Connect: ln,
+		Args: []string{"--scope", "process-group", "--connect-timeout", "30s", "--state-dir", filepath.Join(t.TempDir(), "state")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Kill)
+	if err := d.Launch(); err != nil {
+		t.Fatal(err)
+	}
+	got := relayctl(t, []string{"RELAYD_TOKEN=" + d.Token}, "accept", "--listen", ln, "--", "sh", "-c", "echo hi; exit 3")
+	if got.code != 3 || got.stdout != "hi\n" || !strings.Contains(got.stderr, "verified: quiescent") {
+		t.Fatalf("accept: got %d, stdout %q, stderr %q; want 3, hi, verified", got.code, got.stdout, got.stderr)
+	}
+	if code, err := d.Wait(15 * time.Second); err != nil || code != 0 {
+		t.Fatalf("the dial-out relayd after verify: %d, %v; want 0", code, err)
+	}
+}
+
+func TestFailures(t *testing.T) {
+	r := start(t)
+	for _, tt := range []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"no token", nil, []string{"exec", "--addr", r.Addr, "--", "true"}, "no token"},
+		{"wrong token", []string{"RELAYD_TOKEN=wrong"}, []string{"exec", "--addr", r.Addr, "--", "true"}, "unauthenticated"},
+		{"no command", []string{"RELAYD_TOKEN=x"}, []string{"exec", "--addr", r.Addr}, "no command"},
+		{"a token flag", []string{"RELAYD_TOKEN=x"}, []string{"exec", "--token", "t", "--", "true"}, "unknown flag: --token"},
+		{"bad env", []string{"RELAYD_TOKEN=x"}, []string{"exec", "--env", "NOEQUALS", "--", "true"}, "NAME=VALUE"},
+		{"bad request", []string{"RELAYD_TOKEN=" + r.Token}, []string{"exec", "--addr", r.Addr, "--env", "RELAYD_X=1", "--", "true"}, "bad-request"},
+		{"unknown verb", nil, []string{"run"}, "unknown command"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := relayctl(t, tt.env, tt.args...)
+			if got.code != 125 || !strings.Contains(got.stderr, tt.want) {
+				t.Fatalf("got %d, stderr %q; want 125 saying %q", got.code, got.stderr, tt.want)
+			}
+		})
+	}
+}

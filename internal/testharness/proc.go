@@ -1,0 +1,136 @@
+package testharness
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Stat is what tests read of /proc/PID/stat.
+type Stat struct {
+	State byte          // R, S, D, Z, T, ...
+	PPID  int           // parent
+	PGID  int           // process group
+	SID   int           // session
+	CPU   time.Duration // user and system time of all its threads, not its children
+	Start uint64        // start time, clock ticks since boot (field 22)
+}
+
+// Dead is true for a zombie or a process being reaped.
+func (s Stat) Dead() bool { return s.State == 'Z' || s.State == 'X' }
+
+// ReadStat reads /proc/PID/stat. The command name, field 2, may hold spaces
+// and parentheses, so the fields are read after its last ')'.
+func ReadStat(pid int) (Stat, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return Stat{}, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return Stat{}, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	// f[0] is field 3 (state); f[k] is field k+3.
+	f := strings.Fields(string(b[i+2:]))
+	if len(f) < 20 {
+		return Stat{}, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+	}
+	ppid, err1 := strconv.Atoi(f[1])
+	pgid, err2 := strconv.Atoi(f[2])
+	sid, err3 := strconv.Atoi(f[3])
+	utime, err4 := strconv.ParseInt(f[11], 10, 64)
+	stime, err5 := strconv.ParseInt(f[12], 10, 64)
+	start, err6 := strconv.ParseUint(f[19], 10, 64)
+	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
+		return Stat{}, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	// Clock ticks are 10 ms (USER_HZ 100) on every Linux this runs on.
+	return Stat{State: f[0][0], PPID: ppid, PGID: pgid, SID: sid,
+		CPU: time.Duration(utime+stime) * 10 * time.Millisecond, Start: start}, nil
+}
+
+// Alive is true while pid exists and is not a zombie.
+func Alive(pid int) bool {
+	s, err := ReadStat(pid)
+	return err == nil && !s.Dead()
+}
+
+// Children lists the processes whose parent is ppid.
+func Children(ppid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if s, err := ReadStat(pid); err == nil && s.PPID == ppid {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// Cmdline is a process's command line, its arguments joined by spaces.
+func Cmdline(pid int) string {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+}
+
+// ReadPids reads the pids (whole numbers above 1, separated by white space)
+// a subject wrote to path; nil when there is no such file.
+func ReadPids(path string) []int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, w := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(w); err == nil && pid > 1 {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// Leftovers kills and lists ("PID argv") the live children of the process
+// ppid (a test process): every process a test starts descends from it, and
+// orphans come to it as a subreaper, so what a test left behind shows up
+// here. It polls for up to 2 s, since they may be dying already. Each is
+// pinned with a pidfd and checked to be still ppid's child before it is
+// signalled. It reaps nothing: the caller's reaper does.
+func Leftovers(ppid int) []string {
+	var out []string
+	var pids []int
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		out, pids = out[:0], pids[:0]
+		for _, pid := range Children(ppid) {
+			if s, err := ReadStat(pid); err == nil && !s.Dead() {
+				out = append(out, fmt.Sprintf("%d %q", pid, Cmdline(pid)))
+				pids = append(pids, pid)
+			}
+		}
+		if len(out) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, pid := range pids {
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			continue
+		}
+		if s, err := ReadStat(pid); err == nil && s.PPID == ppid {
+			_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+		}
+		unix.Close(fd)
+	}
+	return out
+}

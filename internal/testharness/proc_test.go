@@ -1,0 +1,67 @@
+package testharness
+
+import (
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// A command name with spaces and parentheses does not shift the fields.
+func TestReadStatOddName(t *testing.T) {
+	src, err := os.Open("/bin/sleep")
+	if err != nil {
+		t.Skip(err)
+	}
+	defer src.Close()
+	bin := filepath.Join(t.TempDir(), "a) b (c")
+	dst, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		t.Fatal(err)
+	}
+	dst.Close()
+	cmd := exec.Command(bin, "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	st, err := ReadStat(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.PPID != os.Getpid() || st.Dead() || st.Start == 0 {
+		t.Fatalf("ReadStat = %+v; want ppid %d, alive, a start time", st, os.Getpid())
+	}
+	if kids := Children(os.Getpid()); len(kids) != 1 || kids[0] != cmd.Process.Pid {
+		t.Fatalf("Children = %v; want [%d]", kids, cmd.Process.Pid)
+	}
+	if _, err := ReadStat(1 << 30); err == nil {
+		t.Fatal("ReadStat of a pid that cannot exist: no error")
+	}
+}
+
+// The Log finds relayd's "listening" line even when it arrives in pieces,
+// and keeps only its bound.
+func TestLogListening(t *testing.T) {
+	l := NewLog(64)
+	line := `{"level":"info","addr":"127.0.0.1:4242","message":"listening"}` + "\n"
+	for i := 0; i < len(line); i += 7 {
+		_, _ = l.Write([]byte(line[i:min(i+7, len(line))]))
+	}
+	select {
+	case <-l.Listening():
+	case <-time.After(time.Second):
+		t.Fatal("no listening line found")
+	}
+	if l.Addr() != "127.0.0.1:4242" {
+		t.Fatalf("Addr = %q", l.Addr())
+	}
+	if n := len(l.String()); n > 64 {
+		t.Fatalf("the log keeps %d bytes; want at most 64", n)
+	}
+}
