@@ -430,16 +430,7 @@ func TestDialOutRedialWhileDetached(t *testing.T) {
 				args[i], args[i+1] = "--connect", ln.Addr().String()
 			}
 		}
-		if err := d.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			err := d.cmd.Wait()
-			if ee, ok := err.(*exec.ExitError); ok {
-				d.exitCode = ee.ExitCode()
-			}
-			close(d.exited)
-		}()
+		d.launch()
 		return d, ln
 	}
 	firstSession := func(t *testing.T, d *daemon, ln net.Listener, script string, detachMs int) (string, int) {
