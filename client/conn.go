@@ -25,6 +25,7 @@ const (
 	kindError    = "error"
 	kindOutput   = "output"  // extension (4.5)
 	kindStarted  = "started" // extension (4.5)
+	kindAttach   = "attach"  // extension (4.5)
 )
 
 // Defaults of a zero Dialer.
@@ -383,18 +384,10 @@ func (c *Conn) Execute(ctx context.Context, req Request) (Executed, error) {
 	if req.Timeout < 0 || req.Detach < 0 {
 		return e, &Error{Category: ErrBadRequest.Category, Message: "client: Request.Timeout and Request.Detach must not be negative"}
 	}
-	c.mu.Lock()
-	busy := c.running
-	c.running = true
-	c.mu.Unlock()
-	if busy {
-		return e, &Error{Category: ErrBusy.Category, Message: "client: an execution already runs on this connection (one at a time; use another Conn or a Pool)"}
+	if err := c.beginExecution(); err != nil {
+		return e, err
 	}
-	defer func() {
-		c.mu.Lock()
-		c.running = false
-		c.mu.Unlock()
-	}()
+	defer c.endExecution()
 	w := executeWire{Kind: kindExecute, Command: req.Command, Args: req.Args,
 		Environment: req.Environment, Credentials: req.Credentials, ResultToken: req.ResultToken,
 		Cwd: req.Cwd, TimeoutMs: millis(req.Timeout), CaptureStderr: req.CaptureStderr,
@@ -409,6 +402,52 @@ func (c *Conn) Execute(ctx context.Context, req Request) (Executed, error) {
 	}
 	wait = c.cfg.bound(wait)
 	err := c.roundTrip(ctx, &w, &call{want: kindExecuted, into: &e, output: req.Output, started: req.Started}, wait)
+	return e, err
+}
+
+// beginExecution claims the connection's one execution (section 4.2), or
+// says busy without asking relayd.
+func (c *Conn) beginExecution() error {
+	c.mu.Lock()
+	busy := c.running
+	c.running = true
+	c.mu.Unlock()
+	if busy {
+		return &Error{Category: ErrBusy.Category, Message: "client: an execution already runs on this connection (one at a time; use another Conn or a Pool)"}
+	}
+	return nil
+}
+
+func (c *Conn) endExecution() {
+	c.mu.Lock()
+	c.running = false
+	c.mu.Unlock()
+}
+
+// Attach takes over execution, an execution that asked for Request.Detach
+// and whose connection was lost (extension, protocol section 4.5), and
+// returns its executed reply: the real one, as the lost connection would
+// have had it, also when the execution ended while detached. output, when
+// not nil, gets the live output of a streamed execution from now on; what
+// was written while nobody was attached arrives as the first chunk's
+// Dropped count. From here on the execution is this connection's: its
+// Verify ends it, and losing this connection detaches it again.
+//
+// An execution relayd does not hold (never was, not detached yet, or its
+// detach time ran out) is an *Error matching ErrNotFound; relayd sees a
+// connection's loss a moment after the controller does, so a caller that
+// has just lost the connection may retry for a moment. Attach counts as
+// the connection's one execution (ErrBusy while another runs). It waits as
+// long as ctx allows (or Dialer.MaxWait): the client does not know how
+// long the execution has left.
+func (c *Conn) Attach(ctx context.Context, execution string, output func(Output)) (Executed, error) {
+	var e Executed
+	if err := c.beginExecution(); err != nil {
+		return e, err
+	}
+	defer c.endExecution()
+	err := c.roundTrip(ctx, map[string]any{"kind": kindAttach, "execution": execution},
+		&call{want: kindExecuted, into: &e, output: output}, c.cfg.bound(time.Duration(math.MaxInt64)))
 	return e, err
 }
 

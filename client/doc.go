@@ -8,6 +8,12 @@
 // Conn, Execute runs one command in a tracked scope and returns its Executed
 // reply, Verify marks the end of the subject's time, and Ready probes.
 //
+// The extensions of protocol section 4.5 are Request fields: CaptureStderr
+// (Executed.Stderr), Output (live output, delivered in order before the
+// reply) with Started, OnExit, and Detach, after which a lost connection
+// leaves the execution running for a while and another Conn can take it
+// over with Attach (ErrNotFound when relayd holds no such execution).
+//
 // The protocol runs one execution at a time on a connection: a second
 // Execute on a Conn whose execution is still running returns ErrBusy without
 // asking relayd. A Pool keeps several connections to run several at once.

@@ -19,7 +19,7 @@ var (
 	ErrUnknownKind     = &Error{Category: protocol.CatUnknownKind}
 	ErrBusy            = &Error{Category: protocol.CatBusy}
 	ErrShuttingDown    = &Error{Category: protocol.CatShuttingDown}
-	ErrNotFound        = &Error{Category: "not-found"} // attach (extension, section 4.5)
+	ErrNotFound        = &Error{Category: protocol.CatNotFound} // Attach: no such detached execution (extension, section 4.5)
 )
 
 // Errors of the connection itself.
