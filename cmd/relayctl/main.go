@@ -1,7 +1,8 @@
 // Command relayctl talks to relayd for people: the netcat replacement. It
 // runs one command through relayd and exits with the command's status
-// (relayctl exec), probes it (ready), ends a session (verify), or plays the
-// controller for a relayd that dials out (accept).
+// (relayctl exec), takes over one that outlived its connection (attach),
+// probes it (ready), ends a session (verify), or plays the controller for a
+// relayd that dials out (accept).
 //
 // It is a thin shell over package client; main calls run and nothing else
 // exits.
@@ -32,6 +33,9 @@ const exitFailed = 125
 const usage = `relayctl talks to relayd (docs/protocol.md).
 
   relayctl exec [flags] -- COMMAND ARGS...   run COMMAND; print its stdout; exit with its status
+                                             (--stream: live; --stderr; --on-exit; --detach)
+  relayctl attach [flags] EXECUTION          take over an execution run with --detach whose
+                                             relayctl went away; print and exit as exec does
   relayctl ready [flags]                     probe relayd: version, scope mechanism, workspace
   relayctl verify [flags]                    end the subject's time (protocol 4.3)
   relayctl accept --listen ADDR [flags] [-- COMMAND ARGS...]
@@ -58,6 +62,10 @@ type options struct {
 	env             []string
 	cwd             string
 	json            bool
+	stream          bool          // exec, accept, attach: print output as it arrives
+	stderr          bool          // exec, accept: captureStderr, printed on relayctl's stderr
+	onExit          string        // exec, accept: onExit
+	detach          time.Duration // exec, accept: detachMs
 }
 
 func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -70,7 +78,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	}
 	verb := args[0]
 	switch verb {
-	case "exec", "ready", "verify", "accept":
+	case "exec", "ready", "verify", "accept", "attach":
 	default:
 		fmt.Fprintf(stderr, "relayctl: unknown command %q\n\n%s", verb, usage)
 		return exitFailed
@@ -95,6 +103,12 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		fs.DurationVar(&o.timeout, "timeout", 0, "the framework's deadline for the command (timeoutMs): relayd settles it then; 0 for none")
 		fs.StringArrayVar(&o.env, "env", nil, "K=V added to the command's environment (repeatable)")
 		fs.StringVar(&o.cwd, "cwd", "", "the command's working directory (relative: from relayd's workspace)")
+		fs.BoolVar(&o.stderr, "stderr", false, "capture the command's stderr and print it on relayctl's stderr (captureStderr)")
+		fs.StringVar(&o.onExit, "on-exit", "", "when the command exits by itself: leave (relayd's default), settle, or settle-on-failure its scope")
+		fs.DurationVar(&o.detach, "detach", 0, "let the command outlive relayctl's connection this long (detachMs); relayctl attach takes it over")
+	}
+	if verb == "exec" || verb == "accept" || verb == "attach" {
+		fs.BoolVar(&o.stream, "stream", false, "print the command's stdout and stderr as they arrive (stream), not at its end")
 	}
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -136,6 +150,13 @@ func check(verb string, o options, command []string) error {
 		return errors.New("no command: relayctl exec [flags] -- COMMAND ARGS...")
 	case (verb == "ready" || verb == "verify") && len(command) > 0:
 		return fmt.Errorf("takes no command, got %q", command[0])
+	case verb == "attach" && len(command) != 1:
+		return errors.New("wants one execution id: relayctl attach [flags] EXECUTION (relayctl exec --detach prints it)")
+	case o.onExit != "" && o.onExit != string(client.OnExitLeave) && o.onExit != string(client.OnExitSettle) &&
+		o.onExit != string(client.OnExitSettleOnFailure):
+		return fmt.Errorf("--on-exit %q: want leave, settle or settle-on-failure", o.onExit)
+	case o.detach < 0:
+		return fmt.Errorf("--detach must not be negative, got %s", o.detach)
 	case verb == "accept" && o.listen == "":
 		return errors.New("--listen ADDR is required: the address relayd --connect dials")
 	case o.timeout < 0:
@@ -202,6 +223,8 @@ func dispatch(ctx context.Context, verb string, o options, token string, command
 		return verify(ctx, c, out)
 	case "exec":
 		return execute(ctx, c, o, command, out)
+	case "attach":
+		return attach(ctx, c, o, command[0], out)
 	}
 	// accept: the command if one was given, then verify, which ends a
 	// dial-out relayd's session (it exits 0 when every settlement held).
@@ -250,12 +273,79 @@ func execute(ctx context.Context, c *client.Conn, o options, command []string, o
 			req.Environment[k] = v
 		}
 	}
+	req.CaptureStderr, req.OnExit, req.Detach = o.stderr, client.OnExit(o.onExit), o.detach
+	live := &liveOutput{p: out}
+	if o.stream {
+		req.Output = live.write
+	}
+	if o.detach > 0 {
+		req.Started = func(x string) {
+			if out.json {
+				out.asJSON("started", map[string]string{"execution": x})
+				return
+			}
+			fmt.Fprintf(out.stderr, "relayctl: %s runs; should this connection be lost, relayctl attach %s takes it over (within %s)\n", x, x, o.detach)
+		}
+	}
 	e, err := c.Execute(ctx, req)
 	if err != nil {
 		return 0, err
 	}
-	out.executed(e)
+	out.executed(e, live.seen)
 	return e.ExitCode, nil
+}
+
+// attachRetry is how long attach retries not-found: relayd sees that a
+// connection was lost a moment after its controller went away (protocol
+// section 10, item 30), so a quick attach can come before the detach.
+const attachRetry = time.Second
+
+func attach(ctx context.Context, c *client.Conn, o options, execution string, out printer) (int, error) {
+	live := &liveOutput{p: out}
+	var output func(client.Output)
+	if o.stream {
+		output = live.write
+	}
+	deadline := time.Now().Add(attachRetry)
+	for {
+		e, err := c.Attach(ctx, execution, output)
+		if errors.Is(err, client.ErrNotFound) && time.Now().Before(deadline) {
+			select {
+			case <-time.After(50 * time.Millisecond):
+				continue
+			case <-ctx.Done():
+			}
+		}
+		if err != nil {
+			return 0, err
+		}
+		out.executed(e, live.seen)
+		return e.ExitCode, nil
+	}
+}
+
+// liveOutput prints streamed output as it arrives: stdout's on stdout,
+// stderr's on stderr, a note on stderr for bytes relayd left out because
+// relayctl fell behind; with --json, each chunk as an output line.
+type liveOutput struct {
+	p    printer
+	seen bool // an output message came: the reply's stdout and stderr were printed already
+}
+
+func (l *liveOutput) write(o client.Output) {
+	l.seen = true
+	if l.p.json {
+		l.p.asJSON("output", o)
+		return
+	}
+	if o.Dropped > 0 {
+		fmt.Fprintf(l.p.stderr, "relayctl: %d bytes of %s left out here (relayctl fell behind relayd's stream)\n", o.Dropped, o.Stream)
+	}
+	w := l.p.stdout
+	if o.Stream == "stderr" {
+		w = l.p.stderr
+	}
+	io.WriteString(w, o.Data)
 }
 
 func verify(ctx context.Context, c *client.Conn, out printer) (int, error) {
@@ -294,12 +384,17 @@ func (p printer) ready(r client.Ready) {
 	}
 }
 
-func (p printer) executed(e client.Executed) {
+// executed prints a reply; streamed says its stdout and stderr were
+// printed as they came.
+func (p printer) executed(e client.Executed, streamed bool) {
 	if p.json {
 		p.asJSON("executed", e)
 		return
 	}
-	io.WriteString(p.stdout, e.Stdout)
+	if !streamed {
+		io.WriteString(p.stdout, e.Stdout)
+		io.WriteString(p.stderr, e.Stderr)
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "relayctl: %s, exit %d", e.Termination, e.ExitCode)
 	if e.Signal != "" {
@@ -312,6 +407,9 @@ func (p printer) executed(e client.Executed) {
 	}
 	if e.StdoutTruncated {
 		b.WriteString("relayctl: stdout was cut at relayd's --max-stdout-bytes\n")
+	}
+	if e.StderrTruncated {
+		b.WriteString("relayctl: stderr was cut at relayd's --max-stderr-bytes\n")
 	}
 	if e.Detail != "" {
 		fmt.Fprintf(&b, "relayctl: %s\n", e.Detail)
