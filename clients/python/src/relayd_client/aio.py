@@ -136,6 +136,13 @@ class AsyncClient:
         assert isinstance(r, Executed)
         return r
 
+    async def attach(self, execution: str, *, timeout: Optional[float] = None,
+                     on_output: Optional[OnOutput] = None) -> Executed:
+        """As Client.attach."""
+        r = await self._call({"kind": "attach", "execution": execution}, "executed", timeout, on_output)
+        assert isinstance(r, Executed)
+        return r
+
     async def verify(self, *, timeout: Optional[float] = None) -> Verified:
         wait = timeout if timeout is not None else self.reply_timeout + self.teardown_budget
         r = await self._call({"kind": "verify"}, "verified", wait)
@@ -246,6 +253,12 @@ class AsyncClient:
         except UnexpectedReplyError as e:
             fut.set_exception(e)
             raise
+        except Exception as e:
+            # An on_output or on_started callback raised: its call gets the
+            # exception, and the connection closes (relayd settles what runs,
+            # or detaches it), as Client does.
+            fut.set_exception(e)
+            raise ConnectionLostError(f"a callback raised {type(e).__name__}; the connection is closed") from e
         if r is not None:
             fut.set_result(r)
 

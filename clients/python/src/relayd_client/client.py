@@ -132,6 +132,24 @@ class Client:
         assert isinstance(r, Executed)
         return r
 
+    def attach(self, execution: str, *, timeout: Optional[float] = None, on_output: Optional[OnOutput] = None) -> Executed:
+        """Take over ``execution``, run with ``detach_ms`` and detached by the
+        loss of its connection (protocol 4.5), and wait for its executed
+        reply: the real one, also when it ended while detached.
+        ``on_output`` receives its streamed output from now on (what was
+        written while detached is counted in the first chunk's
+        ``dropped``). The execution is then this connection's: its
+        ``verify`` ends it, its loss detaches it again. NotFoundError when
+        relayd holds no such detached execution; relayd sees a connection's
+        loss a moment after the controller does, so a caller may retry for
+        a moment. ``timeout`` (seconds) bounds the wait; by default it is
+        unbounded, as this client cannot know how long the execution has
+        left.
+        """
+        r = self._call({"kind": "attach", "execution": execution}, "executed", timeout, on_output)
+        assert isinstance(r, Executed)
+        return r
+
     def verify(self, *, timeout: Optional[float] = None) -> Verified:
         """The verification boundary: relayd ends what still runs on this
         connection and reports whether the session is quiescent."""
@@ -142,7 +160,7 @@ class Client:
 
     def request(self, message: Mapping[str, Any], *, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Send any message (token and id added) and return relayd's reply as
-        a dict: for kinds this client has no method for (``attach``)."""
+        a dict: for kinds this client has no method for."""
         kind = str(message.get("kind", ""))
         r = self._call(dict(message), _wire.WANT.get(kind, kind), timeout, raw=True)
         assert isinstance(r, dict)
