@@ -11,3 +11,4 @@ func SetSettleSlack(d time.Duration) (restore func()) {
 }
 
 var QuickHead = quickHead
+var DecodeExecutedFast = decodeExecutedFast

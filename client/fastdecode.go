@@ -1,0 +1,235 @@
+package client
+
+import "unicode/utf8"
+
+// decodeExecutedFast decodes an executed reply as relayd writes it: one
+// compact object whose keys are Executed's own (or token, kind, id), whose
+// strings have no escapes, control characters or invalid UTF-8, and whose
+// survivors list is empty. It reports false for anything else, and the
+// caller then decodes with encoding/json, whose result it gives whenever it
+// reports true: only exact keys and plain values are taken, and a
+// duplicate key's last value wins, as in encoding/json. It exists because
+// a round trip's reply is decoded on the round trip's critical path
+// (relaybench's /bin/true), where encoding/json's reflection was most of
+// the client's own time.
+func decodeExecutedFast(line []byte, e *Executed) bool {
+	d := fastDecoder{b: line}
+	var out Executed
+	ok := d.object(func(key []byte) bool {
+		switch string(key) { // no allocation: the compiler compares in place
+		case "token", "kind":
+			_, ok := d.str()
+			return ok
+		case "id":
+			_, ok := d.int()
+			return ok
+		case "termination":
+			s, ok := d.str()
+			out.Termination = Termination(s)
+			return ok
+		case "exitCode":
+			n, ok := d.int()
+			out.ExitCode = int(n)
+			return ok && int64(int(n)) == n
+		case "stdout":
+			s, ok := d.str()
+			out.Stdout = s
+			return ok
+		case "stdoutTruncated":
+			v, ok := d.bool()
+			out.StdoutTruncated = v
+			return ok
+		case "stderr":
+			s, ok := d.str()
+			out.Stderr = s
+			return ok
+		case "stderrTruncated":
+			v, ok := d.bool()
+			out.StderrTruncated = v
+			return ok
+		case "diagnostic":
+			return d.object(func(key []byte) bool {
+				switch string(key) {
+				case "category":
+					s, ok := d.str()
+					out.Diagnostic.Category = s
+					return ok
+				case "bytes":
+					n, ok := d.int()
+					out.Diagnostic.Bytes = &n
+					return ok
+				case "sha256":
+					s, ok := d.str()
+					out.Diagnostic.SHA256 = s
+					return ok
+				}
+				return false
+			})
+		case "execution":
+			s, ok := d.str()
+			out.Execution = s
+			return ok
+		case "settlement":
+			s, ok := d.str()
+			out.Settlement = Settlement(s)
+			return ok
+		case "survivors":
+			// Only the empty list; a real one goes to encoding/json.
+			if !d.lit("[]") {
+				return false
+			}
+			out.Survivors = []Survivor{}
+			return true
+		case "survivorsOmitted":
+			n, ok := d.int()
+			out.SurvivorsOmitted = int(n)
+			return ok && int64(int(n)) == n
+		case "scope":
+			return d.object(func(key []byte) bool {
+				if string(key) != "mechanism" {
+					return false
+				}
+				s, ok := d.str()
+				out.Scope.Mechanism = s
+				return ok
+			})
+		case "signal":
+			s, ok := d.str()
+			out.Signal = s
+			return ok
+		case "detail":
+			s, ok := d.str()
+			out.Detail = s
+			return ok
+		case "durationMs":
+			n, ok := d.int()
+			out.DurationMs = n
+			return ok
+		}
+		return false
+	})
+	if !ok {
+		return false
+	}
+	for ; d.i < len(d.b); d.i++ { // only white space may follow
+		switch d.b[d.i] {
+		case ' ', '\t', '\r', '\n':
+		default:
+			return false
+		}
+	}
+	*e = out
+	return true
+}
+
+// fastDecoder reads the plain JSON of decodeExecutedFast; every method
+// reports false for what it does not take.
+type fastDecoder struct {
+	b []byte
+	i int
+}
+
+func (d *fastDecoder) lit(s string) bool {
+	if len(d.b)-d.i < len(s) || string(d.b[d.i:d.i+len(s)]) != s {
+		return false
+	}
+	d.i += len(s)
+	return true
+}
+
+// object reads {"key":value,...}, calling field with the reader on each
+// value; keys are plain strings.
+func (d *fastDecoder) object(field func(key []byte) bool) bool {
+	if !d.lit("{") {
+		return false
+	}
+	if d.lit("}") {
+		return true
+	}
+	for {
+		key, ok := d.raw()
+		if !ok || !d.lit(":") || !field(key) {
+			return false
+		}
+		if d.lit("}") {
+			return true
+		}
+		if !d.lit(",") {
+			return false
+		}
+	}
+}
+
+// raw reads a plain string: no escapes, no control characters, valid UTF-8.
+func (d *fastDecoder) raw() ([]byte, bool) {
+	if !d.lit(`"`) {
+		return nil, false
+	}
+	start, ascii := d.i, true
+	for ; d.i < len(d.b); d.i++ {
+		switch c := d.b[d.i]; {
+		case c == '"':
+			s := d.b[start:d.i]
+			d.i++
+			return s, ascii || utf8.Valid(s)
+		case c == '\\' || c < 0x20:
+			return nil, false
+		case c >= 0x80:
+			ascii = false
+		}
+	}
+	return nil, false
+}
+
+// Values relayd sends in every reply, so that they cost no allocation.
+var commonStrings = []string{string(Exited), string(FrameworkTimeout), string(SettlementNone), string(Settled),
+	DiagNone, "cgroup", "process-group", ""}
+
+func (d *fastDecoder) str() (string, bool) {
+	b, ok := d.raw()
+	if !ok {
+		return "", false
+	}
+	for _, s := range commonStrings {
+		if string(b) == s {
+			return s, true
+		}
+	}
+	return string(b), true
+}
+
+// int reads an integer as JSON writes one (no fraction or exponent).
+func (d *fastDecoder) int() (int64, bool) {
+	start := d.i
+	if d.i < len(d.b) && d.b[d.i] == '-' {
+		d.i++
+	}
+	digits := d.i
+	for d.i < len(d.b) && d.b[d.i] >= '0' && d.b[d.i] <= '9' {
+		d.i++
+	}
+	switch {
+	case d.i == digits, d.b[digits] == '0' && d.i-digits > 1: // none, or a leading zero
+		return 0, false
+	case d.i < len(d.b) && (d.b[d.i] == '.' || d.b[d.i] == 'e' || d.b[d.i] == 'E'):
+		return 0, false
+	}
+	if d.i-digits > 18 { // might not fit: encoding/json decides
+		return 0, false
+	}
+	var n int64
+	for _, c := range d.b[digits:d.i] {
+		n = n*10 + int64(c-'0')
+	}
+	if digits > start {
+		n = -n
+	}
+	return n, true
+}
+
+func (d *fastDecoder) bool() (bool, bool) {
+	if d.lit("true") {
+		return true, true
+	}
+	return false, d.lit("false")
+}
