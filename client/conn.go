@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"strconv"
 	"sync"
 	"time"
 
@@ -137,7 +136,7 @@ type Conn struct {
 	readTurn chan struct{} // capacity 1: holding a token is the right to read
 
 	mu      sync.Mutex
-	calls   map[string]*call // by id, as relayd echoes it
+	calls   map[int64]*call // by id, as relayd echoes it
 	nextID  int64
 	running bool          // an Execute is outstanding
 	err     error         // set once: why the connection is over
@@ -165,7 +164,7 @@ type reply struct {
 
 func newConn(nc net.Conn, lr *protocol.LineReader, token string, cfg Dialer) *Conn {
 	return &Conn{nc: nc, lr: lr, token: token, cfg: cfg, readTurn: make(chan struct{}, 1),
-		calls: map[string]*call{}, dead: make(chan struct{})}
+		calls: map[int64]*call{}, dead: make(chan struct{})}
 }
 
 // Handshake returns the ready message relayd sent when the connection was
@@ -240,40 +239,40 @@ func (c *Conn) readOne(deadline time.Time, self *call) error {
 // without escapes), without decoding the rest: a round trip's reply is
 // then decoded once. ok is false for anything else, which the caller then
 // decodes in full.
-func quickHead(line []byte) (kind, id string, ok bool) {
+func quickHead(line []byte) (kind string, id []byte, ok bool) {
 	rest, found := bytes.CutPrefix(line, []byte(`{"token":"`))
 	if found {
 		i := bytes.IndexByte(rest, '"')
 		if i < 0 || bytes.IndexByte(rest[:i], '\\') >= 0 {
-			return "", "", false
+			return "", nil, false
 		}
 		if rest, found = bytes.CutPrefix(rest[i+1:], []byte(`,"kind":"`)); !found {
-			return "", "", false
+			return "", nil, false
 		}
 	} else if rest, found = bytes.CutPrefix(line, []byte(`{"kind":"`)); !found {
-		return "", "", false
+		return "", nil, false
 	}
 	i := bytes.IndexByte(rest, '"')
 	if i < 0 || bytes.IndexByte(rest[:i], '\\') >= 0 {
-		return "", "", false
+		return "", nil, false
 	}
 	kind, rest = kindName(rest[:i]), rest[i+1:]
 	rest, found = bytes.CutPrefix(rest, []byte(`,"id":`))
 	if !found {
-		return kind, "", true
+		return kind, nil, true
 	}
 	// An id is a JSON integer or a string (protocol section 4); this
 	// client sends integers.
 	end := bytes.IndexAny(rest, ",}")
 	if end <= 0 {
-		return "", "", false
+		return "", nil, false
 	}
 	for _, b := range rest[:end] {
 		if (b < '0' || b > '9') && b != '-' {
-			return "", "", false
+			return "", nil, false
 		}
 	}
-	return kind, string(rest[:end]), true
+	return kind, rest[:end], true
 }
 
 // kinds are the kinds relayd sends, so that reading one allocates nothing.
@@ -288,17 +287,43 @@ func kindName(b []byte) string {
 	return string(b)
 }
 
-func idKey(raw json.RawMessage) string {
+func idKey(raw json.RawMessage) []byte {
 	var b bytes.Buffer
 	if len(raw) == 0 || json.Compact(&b, raw) != nil {
-		return ""
+		return nil
 	}
-	return b.String()
+	return b.Bytes()
 }
 
-func (c *Conn) dispatch(kind, id string, line []byte, self *call) {
+// callID is the id of a call, read from a reply's id (a JSON integer, as
+// this client sends them); ok is false for anything else.
+func callID(id []byte) (n int64, ok bool) {
+	digits := id
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 18 || (digits[0] == '0' && len(digits) > 1) {
+		return 0, false
+	}
+	for _, b := range digits {
+		if b < '0' || b > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(b-'0')
+	}
+	if len(digits) < len(id) {
+		n = -n
+	}
+	return n, true
+}
+
+func (c *Conn) dispatch(kind string, id []byte, line []byte, self *call) {
+	n, ok := callID(id)
 	c.mu.Lock()
-	cl := c.calls[id]
+	var cl *call
+	if ok {
+		cl = c.calls[n]
+	}
 	var all []*call
 	if kind == kindError && cl == nil {
 		// An error relayd could not tie to an id (bad-json,
@@ -478,12 +503,11 @@ func (c *Conn) roundTrip(ctx context.Context, msg any, cl *call, wait time.Durat
 	}
 	c.nextID++
 	id := c.nextID
-	key := strconv.FormatInt(id, 10)
-	c.calls[key] = cl
+	c.calls[id] = cl
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
-		delete(c.calls, key)
+		delete(c.calls, id)
 		c.mu.Unlock()
 	}()
 

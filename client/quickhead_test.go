@@ -26,7 +26,7 @@ func TestQuickHead(t *testing.T) {
 		{` {"kind":"ready"}`, "", "", false},
 	} {
 		kind, id, ok := client.QuickHead([]byte(tt.line))
-		if kind != tt.kind || id != tt.id || ok != tt.ok {
+		if kind != tt.kind || string(id) != tt.id || ok != tt.ok {
 			t.Errorf("quickHead(%s) = %q, %q, %t; want %q, %q, %t", tt.line, kind, id, ok, tt.kind, tt.id, tt.ok)
 		}
 	}
