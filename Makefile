@@ -69,11 +69,14 @@ CHAOS     ?= 500
 chaos:
 	RELAYD_CHAOS=$(CHAOS) $(GO) test $(RACE) -count=1 -run '^TestChaos$$' -v -timeout 60m ./e2e/
 
-## fuzz: each fuzz target for FUZZTIME (default 10s)
+## fuzz: each fuzz target (internal/protocol, client) for FUZZTIME (default 10s)
+FUZZPKGS := ./internal/protocol/ ./client/
 fuzz:
-	@for f in $$($(GO) test -list '^Fuzz' ./internal/protocol/ | grep '^Fuzz'); do \
-		echo "== $$f for $(FUZZTIME)"; \
-		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./internal/protocol/ || exit 1; \
+	@for p in $(FUZZPKGS); do \
+		for f in $$($(GO) test -list '^Fuzz' $$p | grep '^Fuzz'); do \
+			echo "== $$p $$f for $(FUZZTIME)"; \
+			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$p || exit 1; \
+		done; \
 	done
 
 ## lint: formatting and vet
