@@ -24,55 +24,35 @@ func decodeExecutedFast(line []byte, e *Executed) bool {
 			_, ok := d.int()
 			return ok
 		case "termination":
-			s, ok := d.str()
-			out.Termination = Termination(s)
-			return ok
+			return into(&d, &out.Termination)
 		case "exitCode":
-			n, ok := d.int()
-			out.ExitCode = int(n)
-			return ok && int64(int(n)) == n
+			return d.intoInt(&out.ExitCode)
 		case "stdout":
-			s, ok := d.str()
-			out.Stdout = s
-			return ok
+			return into(&d, &out.Stdout)
 		case "stdoutTruncated":
-			v, ok := d.bool()
-			out.StdoutTruncated = v
-			return ok
+			return d.intoBool(&out.StdoutTruncated)
 		case "stderr":
-			s, ok := d.str()
-			out.Stderr = s
-			return ok
+			return into(&d, &out.Stderr)
 		case "stderrTruncated":
-			v, ok := d.bool()
-			out.StderrTruncated = v
-			return ok
+			return d.intoBool(&out.StderrTruncated)
 		case "diagnostic":
 			return d.object(func(key []byte) bool {
 				switch string(key) {
 				case "category":
-					s, ok := d.str()
-					out.Diagnostic.Category = s
-					return ok
+					return into(&d, &out.Diagnostic.Category)
 				case "bytes":
 					n, ok := d.int()
 					out.Diagnostic.Bytes = &n
 					return ok
 				case "sha256":
-					s, ok := d.str()
-					out.Diagnostic.SHA256 = s
-					return ok
+					return into(&d, &out.Diagnostic.SHA256)
 				}
 				return false
 			})
 		case "execution":
-			s, ok := d.str()
-			out.Execution = s
-			return ok
+			return into(&d, &out.Execution)
 		case "settlement":
-			s, ok := d.str()
-			out.Settlement = Settlement(s)
-			return ok
+			return into(&d, &out.Settlement)
 		case "survivors":
 			// Only the empty list; a real one goes to encoding/json.
 			if !d.lit("[]") {
@@ -81,26 +61,15 @@ func decodeExecutedFast(line []byte, e *Executed) bool {
 			out.Survivors = []Survivor{}
 			return true
 		case "survivorsOmitted":
-			n, ok := d.int()
-			out.SurvivorsOmitted = int(n)
-			return ok && int64(int(n)) == n
+			return d.intoInt(&out.SurvivorsOmitted)
 		case "scope":
 			return d.object(func(key []byte) bool {
-				if string(key) != "mechanism" {
-					return false
-				}
-				s, ok := d.str()
-				out.Scope.Mechanism = s
-				return ok
+				return string(key) == "mechanism" && into(&d, &out.Scope.Mechanism)
 			})
 		case "signal":
-			s, ok := d.str()
-			out.Signal = s
-			return ok
+			return into(&d, &out.Signal)
 		case "detail":
-			s, ok := d.str()
-			out.Detail = s
-			return ok
+			return into(&d, &out.Detail)
 		case "durationMs":
 			n, ok := d.int()
 			out.DurationMs = n
@@ -225,6 +194,26 @@ func (d *fastDecoder) int() (int64, bool) {
 		n = -n
 	}
 	return n, true
+}
+
+// into reads a string into p.
+func into[T ~string](d *fastDecoder, p *T) bool {
+	s, ok := d.str()
+	*p = T(s)
+	return ok
+}
+
+// intoInt reads an integer that must fit an int into p.
+func (d *fastDecoder) intoInt(p *int) bool {
+	n, ok := d.int()
+	*p = int(n)
+	return ok && int64(int(n)) == n
+}
+
+func (d *fastDecoder) intoBool(p *bool) bool {
+	v, ok := d.bool()
+	*p = v
+	return ok
 }
 
 func (d *fastDecoder) bool() (bool, bool) {
