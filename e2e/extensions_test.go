@@ -348,9 +348,11 @@ func TestStreamControllerStopsReading(t *testing.T) {
 	if rss := peakRSS(t, d.cmd.Process.Pid); rss > rssLimit(streamRSSLimit) {
 		t.Errorf("relayd's peak RSS %d MiB; want under %d MiB", rss>>20, rssLimit(streamRSSLimit)>>20)
 	}
-	if !strings.Contains(d.logs.String(), "write to peer failed") {
-		t.Errorf("relayd did not log the silent controller as gone")
-	}
+	// Logged before the settlement, but copied into d.logs by another
+	// goroutine: wait for it rather than read it once.
+	waitFor(t, 5*time.Second, "relayd to log the silent controller as gone", func() bool {
+		return strings.Contains(d.logs.String(), "write to peer failed")
+	})
 	d.stopClean()
 }
 
