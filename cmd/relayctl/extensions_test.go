@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -184,5 +185,39 @@ func TestExecStreamDroppedNote(t *testing.T) {
 	}
 	if dropped == 0 || printed+dropped != n {
 		t.Fatalf("printed %d + noted as left out %d; want some left out, %d in all (stderr %q)", printed, dropped, n, stderr.String())
+	}
+}
+
+// --json with --stream: stdout is JSON lines only, each chunk an output
+// line as it came and the executed reply last; nothing else is printed.
+func TestExecJSONStream(t *testing.T) {
+	r := start(t)
+	got := relayctl(t, []string{"RELAYD_TOKEN=" + r.Token}, "exec", "--addr", r.Addr, "--json", "--stream", "--stderr",
+		"--", "sh", "-c", "echo one; echo two >&2; exit 4")
+	if got.code != 4 || got.stderr != "" {
+		t.Fatalf("exit %d, stderr %q; want 4 and nothing on stderr (every word is a JSON line on stdout)", got.code, got.stderr)
+	}
+	lines := strings.Split(strings.TrimSuffix(got.stdout, "\n"), "\n")
+	streamed := map[string]string{}
+	for i, l := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("line %d %q is not JSON: %v", i+1, l, err)
+		}
+		switch last := i == len(lines)-1; {
+		case last && m["kind"] == "executed":
+			if m["exitCode"] != float64(4) || m["termination"] != "exited" {
+				t.Fatalf("the executed line %v; want exitCode 4, exited", m)
+			}
+		case !last && m["kind"] == "output":
+			s, _ := m["stream"].(string)
+			d, _ := m["data"].(string)
+			streamed[s] += d
+		default:
+			t.Fatalf("line %d of %d is %q; want output lines, then one executed line", i+1, len(lines), l)
+		}
+	}
+	if streamed["stdout"] != "one\n" || streamed["stderr"] != "two\n" {
+		t.Fatalf("streamed %q; want stdout one and stderr two", streamed)
 	}
 }
