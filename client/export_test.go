@@ -12,3 +12,25 @@ func SetSettleSlack(d time.Duration) (restore func()) {
 
 var QuickHead = quickHead
 var DecodeExecutedFast = decodeExecutedFast
+
+// SetListenerTimeouts sets the hello and hold timeouts of the Listeners made
+// after it and returns the function that restores them.
+func SetListenerTimeouts(hello, hold time.Duration) (restore func()) {
+	oldHello, oldHold := helloTimeout, holdTimeout
+	helloTimeout, holdTimeout = hello, hold
+	return func() { helloTimeout, holdTimeout = oldHello, oldHold }
+}
+
+const (
+	MaxHello      = maxHello
+	MaxHandshakes = maxHandshakes
+	MaxHeld       = maxHeld
+	MaxLongHellos = maxLongHellos
+)
+
+// Held is how many relayds l holds for their Accept.
+func Held(l *Listener) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.nheld
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"time"
@@ -15,8 +16,6 @@ import (
 
 // Limits of a Listener.
 const (
-	// helloTimeout bounds how long a dialing peer may take to send ready.
-	helloTimeout = 10 * time.Second
 	// maxHello is the longest first line read from a dialing peer.
 	maxHello = 64 << 10
 	// maxHandshakes is how many peers may be in their handshake at once;
@@ -24,6 +23,19 @@ const (
 	maxHandshakes = 256
 	// maxHeld is how many relayds may wait for their trial's Accept.
 	maxHeld = 256
+	// maxLongHellos is how many peers at once may send a first line longer
+	// than maxHello (a relayd whose ready carries a long --instruction-file,
+	// up to Dialer.MaxReplyBytes); another is closed once it passes
+	// maxHello. So peers that are nobody can make a Listener hold at most
+	// maxHandshakes*maxHello + maxLongHellos*MaxReplyBytes bytes (80 MiB
+	// with the defaults).
+	maxLongHellos = 4
+)
+
+// Timeouts of a Listener, read when it is made (variables for the tests).
+var (
+	// helloTimeout bounds how long a dialing peer may take to send ready.
+	helloTimeout = 10 * time.Second
 	// holdTimeout is how long a relayd whose trial has not called Accept
 	// yet is kept before it is closed.
 	holdTimeout = 60 * time.Second
@@ -38,9 +50,12 @@ var ErrListenerClosed = errors.New("client: listener closed")
 // token; Accept hands the connection to the trial that waits for that token.
 //
 // A relayd that arrives before its trial calls Accept is held (at most 256,
-// each for 60 s); one that sends anything but a ready with a token within
-// 10 s is closed. Tokens are compared by their SHA-256 digests, so a peer
-// learns nothing from how long a lookup takes.
+// each for 60 s to 75 s); one that sends anything but a ready with a token,
+// within 10 s is closed. At most 256 peers may be in that handshake at
+// once (more are closed at once), and at most 4 of them may send a first
+// line longer than 64 KiB (a ready with a long instruction; another is
+// closed). Tokens are compared by their SHA-256 digests, so a peer learns
+// nothing from how long a lookup takes.
 type Listener struct {
 	ln  net.Listener
 	cfg Dialer
@@ -51,8 +66,13 @@ type Listener struct {
 	nheld   int
 	closed  bool
 
-	slots chan struct{} // handshakes in progress
+	slots chan struct{}         // handshakes in progress
+	shake map[net.Conn]struct{} // their connections, closed by Close
+	long  chan struct{}         // handshakes past maxHello
+	done  chan struct{}         // closed by Close: stops the expiry of held relayds
 	wg    sync.WaitGroup
+
+	helloTimeout, holdTimeout time.Duration
 }
 
 type heldConn struct {
@@ -78,11 +98,33 @@ func (d *Dialer) Listen(addr string) (*Listener, error) {
 
 // NewListener serves dial-out relayds on ln, which it owns from then on.
 func (d *Dialer) NewListener(ln net.Listener) *Listener {
-	l := &Listener{ln: ln, cfg: d.withDefaults(), waiting: map[[32]byte]chan *Conn{},
-		held: map[[32]byte][]heldConn{}, slots: make(chan struct{}, maxHandshakes)}
-	l.wg.Add(1)
+	l := &Listener{ln: ln, cfg: d.withDefaults(),
+		waiting: map[[32]byte]chan *Conn{}, held: map[[32]byte][]heldConn{}, shake: map[net.Conn]struct{}{},
+		slots: make(chan struct{}, maxHandshakes), long: make(chan struct{}, maxLongHellos), done: make(chan struct{}),
+		helloTimeout: helloTimeout, holdTimeout: holdTimeout}
+	l.wg.Add(2)
 	go l.acceptLoop()
+	go l.expireLoop()
 	return l
+}
+
+// expireLoop closes held relayds once they have waited holdTimeout for
+// their Accept, whether or not another relayd arrives; it looks four times
+// per holdTimeout, so one is closed within 1.25 holdTimeout.
+func (l *Listener) expireLoop() {
+	defer l.wg.Done()
+	tick := time.NewTicker(l.holdTimeout / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-tick.C:
+			l.mu.Lock()
+			l.expireHeld()
+			l.mu.Unlock()
+		}
+	}
 }
 
 // Addr is the address the Listener listens on.
@@ -92,6 +134,9 @@ func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
 // already handed out by Accept are their owners' to close.
 func (l *Listener) Close() error {
 	l.mu.Lock()
+	if !l.closed {
+		close(l.done)
+	}
 	l.closed = true
 	var held []*Conn
 	for _, hs := range l.held {
@@ -103,6 +148,9 @@ func (l *Listener) Close() error {
 	for k, ch := range l.waiting {
 		close(ch)
 		delete(l.waiting, k)
+	}
+	for nc := range l.shake {
+		nc.Close() // Close does not wait out a peer's hello timeout
 	}
 	l.mu.Unlock()
 	err := l.ln.Close()
@@ -188,6 +236,14 @@ func (l *Listener) acceptLoop() {
 			nc.Close() // too many handshakes at once
 			continue
 		}
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			nc.Close()
+			return
+		}
+		l.shake[nc] = struct{}{}
+		l.mu.Unlock()
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
@@ -205,11 +261,15 @@ func isTemporary(err error) bool {
 // handshake reads a dialing relayd's ready and hands its connection to the
 // Accept that waits for its token, or holds it.
 func (l *Listener) handshake(nc net.Conn) {
-	_ = nc.SetReadDeadline(time.Now().Add(helloTimeout))
-	lr := protocol.NewLineReader(nc, max(l.cfg.MaxReplyBytes, maxHello))
+	// Until its ready, a peer is nobody: past maxHello bytes it needs one
+	// of the few long-hello slots.
+	_ = nc.SetReadDeadline(time.Now().Add(l.helloTimeout))
+	hr := &helloReader{r: nc, long: l.long}
+	lr := protocol.NewLineReader(hr, l.cfg.MaxReplyBytes)
 	line, err := lr.ReadLine()
-	if err != nil || len(line) > maxHello {
-		nc.Close()
+	hr.done()
+	if err != nil {
+		l.drop(nc)
 		return
 	}
 	var hello struct {
@@ -218,7 +278,7 @@ func (l *Listener) handshake(nc net.Conn) {
 		Token string `json:"token"`
 	}
 	if json.Unmarshal(line, &hello) != nil || hello.Kind != kindReady || hello.Token == "" {
-		nc.Close()
+		l.drop(nc)
 		return
 	}
 	_ = nc.SetReadDeadline(time.Time{})
@@ -228,6 +288,7 @@ func (l *Listener) handshake(nc net.Conn) {
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	delete(l.shake, nc)
 	if l.closed {
 		c.fail(ErrListenerClosed)
 		return
@@ -246,13 +307,21 @@ func (l *Listener) handshake(nc net.Conn) {
 	l.nheld++
 }
 
+// drop closes a peer whose handshake failed.
+func (l *Listener) drop(nc net.Conn) {
+	l.mu.Lock()
+	delete(l.shake, nc)
+	l.mu.Unlock()
+	nc.Close()
+}
+
 // expireHeld closes relayds held longer than holdTimeout. l.mu is held.
 func (l *Listener) expireHeld() {
 	now := time.Now()
 	for k, hs := range l.held {
 		keep := hs[:0]
 		for _, h := range hs {
-			if now.Sub(h.when) > holdTimeout {
+			if now.Sub(h.when) > l.holdTimeout {
 				h.c.fail(errors.New("client: no Accept for this relayd's token"))
 				l.nheld--
 				continue
@@ -265,4 +334,45 @@ func (l *Listener) expireHeld() {
 			l.held[k] = keep
 		}
 	}
+}
+
+// errLongHello ends a handshake that passed maxHello while every long-hello
+// slot was taken.
+var errLongHello = errors.New("client: too many long first lines at once")
+
+// helloReader reads a peer's first line: its first maxHello bytes freely,
+// more only while it holds a slot of long. After done it reads on freely.
+type helloReader struct {
+	r     io.Reader
+	long  chan struct{}
+	n     int
+	slot  bool // holds a slot of long
+	ended bool // the handshake is over
+}
+
+func (h *helloReader) Read(p []byte) (int, error) {
+	if !h.ended && !h.slot {
+		if h.n >= maxHello {
+			select {
+			case h.long <- struct{}{}:
+				h.slot = true
+			default:
+				return 0, errLongHello
+			}
+		} else if len(p) > maxHello-h.n {
+			p = p[:maxHello-h.n]
+		}
+	}
+	n, err := h.r.Read(p)
+	h.n += n
+	return n, err
+}
+
+// done ends the handshake: the slot, if held, is given back.
+func (h *helloReader) done() {
+	if h.slot {
+		<-h.long
+		h.slot = false
+	}
+	h.ended = true
 }
