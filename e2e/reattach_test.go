@@ -131,6 +131,31 @@ func testReattach(t *testing.T, mech string) {
 		}
 	})
 
+	t.Run("ended while detached with a stream: what it wrote comes as dropped before the reply", func(t *testing.T) {
+		name, pid := detachedSubject(t, d, `sleep 0.1; echo finished; echo oops >&2; exit 7`,
+			msg{"detachMs": 3000, "stream": true, "captureStderr": true})
+		waitFor(t, 5*time.Second, "the detached subject to end", func() bool { return !alive(pid) })
+		time.Sleep(300 * time.Millisecond)
+		c := d.connect()
+		c.send(msg{"kind": "attach", "id": 4, "execution": name})
+		outputs, r := c.untilExecuted(10 * time.Second)
+		wantExit(t, r, "exited", 7)
+		if r["stdout"] != "finished\n" || r["stderr"] != "oops\n" {
+			t.Fatalf("executed %v; want all of stdout and stderr", r)
+		}
+		for _, stream := range []string{"stdout", "stderr"} {
+			want := map[string]int64{"stdout": int64(len("finished\n")), "stderr": int64(len("oops\n"))}[stream]
+			if data, dropped := streamed(t, outputs, stream); data != "" || dropped != want {
+				t.Fatalf("%s: streamed %q, dropped %d; want the %d bytes written while detached counted (outputs %v)", stream, data, dropped, want, outputs)
+			}
+		}
+		for _, o := range outputs {
+			if o["id"] != json.Number("4") {
+				t.Fatalf("output %v does not echo the attach's id", o)
+			}
+		}
+	})
+
 	t.Run("nobody attaches within detachMs: settled, then not-found", func(t *testing.T) {
 		name, pid := detachedSubject(t, d, `exec sleep 300`, msg{"detachMs": 400})
 		time.Sleep(150 * time.Millisecond)

@@ -338,6 +338,9 @@ func (cn *conn) finished(res protocol.Executed) {
 	if res.Settlement == protocol.SettleDestroyed || res.Settlement == protocol.SettleFailed {
 		cn.unconfirmed = true
 	}
+	if ex.stream != nil {
+		ex.stream.owed(cn, cn.curID)
+	}
 	res.Token = cn.token()
 	res.ID = cn.curID
 	cn.curID = nil

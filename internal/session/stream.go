@@ -1,6 +1,7 @@
 package session
 
 import (
+	"encoding/json"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -162,6 +163,24 @@ func (st *streamer) flushStream(i int, final bool) bool {
 	}
 	st.giveBack(i, data)
 	return lost == 0
+}
+
+// owed sends, once the stream is closed, the drops nobody was told of: the
+// bytes of an execution that ended while detached, written after its last
+// message, come to the connection that attached as output messages with
+// "data":"" before the executed reply, so that data and dropped still add
+// up to every byte. A connection that stayed attached is owed nothing.
+func (st *streamer) owed(cn *conn, id json.RawMessage) {
+	for i := range st.bufs {
+		st.mu.Lock()
+		dropped := st.bufs[i].dropped
+		st.bufs[i].dropped = 0
+		st.mu.Unlock()
+		if dropped > 0 {
+			cn.write(protocol.Output{Token: cn.token(), Kind: "output", ID: id, Execution: st.ex.id,
+				Stream: streamNames[i], Dropped: dropped})
+		}
+	}
 }
 
 func (st *streamer) giveBack(i int, buf []byte) {
