@@ -323,8 +323,8 @@ func (ch *chaos) checkBaseline(cd *chaosDaemon) {
 			break
 		}
 		if time.Now().After(deadline) {
-			ch.t.Errorf("%s relayd did not come back to baseline: %d fds (baseline %d), %d goroutines (baseline %d)",
-				cd.mech, fds, cd.baseFDs, g, cd.baseG)
+			ch.t.Errorf("%s relayd did not come back to baseline: %d fds (baseline %d), %d goroutines (baseline %d); its fds: %s",
+				cd.mech, fds, cd.baseFDs, g, cd.baseG, fdTargets(pid))
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -377,6 +377,18 @@ func (ch *chaos) summary(n int) {
 func fdCount(pid int) int {
 	entries, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	return len(entries)
+}
+
+// fdTargets lists what a process's descriptors point at, for a failure's
+// message.
+func fdTargets(pid int) string {
+	entries, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	var out []string
+	for _, e := range entries {
+		target, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, e.Name()))
+		out = append(out, e.Name()+"->"+target)
+	}
+	return strings.Join(out, " ")
 }
 
 func grepLines(text, want string) []string {

@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -164,13 +165,32 @@ func (r *Reaper) watch(pidfd int) {
 	if err != nil {
 		return
 	}
-	first := true
-	_ = rc.Read(func(uintptr) bool {
-		if first { // the first call only registers interest
-			first = false
-			return false
-		}
-		return true
-	})
+	if d := watchDelay.Load(); d > 0 {
+		time.Sleep(time.Duration(d))
+	}
+	// The poller's readiness is reset when the wait begins, and a pidfd is
+	// edge-triggered there: a child that ended between the registration
+	// above and that reset would never be reported. So each call asks the
+	// pidfd itself whether its process ended.
+	_ = rc.Read(func(fd uintptr) bool { return pidfdEnded(int(fd)) })
 	r.Sweep()
+}
+
+// watchDelay, in nanoseconds, is a pause between a pidfd's registration
+// with the poller and the wait on it: 0 but in a test that widens that
+// window.
+var watchDelay atomic.Int64
+
+// pidfdEnded reports whether the process of a pidfd has ended (the pidfd
+// is readable), or whether asking failed, so that the watcher never waits
+// on a pidfd it cannot read.
+func pidfdEnded(fd int) bool {
+	p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(p, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		return err != nil || n > 0
+	}
 }
