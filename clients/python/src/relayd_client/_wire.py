@@ -17,6 +17,18 @@ Address = Union[str, Tuple[str, int]]
 # grow six-fold. A longer line is a broken peer, not a reply.
 MAX_REPLY_LINE = 64 << 20
 
+# A dial-out relayd's first line (its ready) may be as long as a reply, since
+# it carries the --instruction-file (relayd allows 8 MiB). But until its
+# ready a peer is nobody: a listener reads its first MAX_HELLO bytes freely,
+# and more only while it holds one of MAX_LONG_HELLOS slots shared by the
+# listener (another is closed at once). So peers that are not relayd can make
+# a listener hold at most max_pending * MAX_HELLO + MAX_LONG_HELLOS *
+# MAX_REPLY_LINE bytes.
+MAX_HELLO = 64 << 10
+MAX_LONG_HELLOS = 4
+# How long a listener keeps a relayd whose trial has not called accept yet.
+DEFAULT_HOLD_TIMEOUT = 60.0
+
 # relayd's --teardown-timeout default: how long settling a scope may take.
 DEFAULT_TEARDOWN_BUDGET = 10.0
 # Beyond the teardown deadline: relayd's "small constant" (rule 6.7) plus the network.

@@ -268,10 +268,18 @@ class AsyncClient:
                 fut.set_exception(err)
 
 
+class _LongHelloRefused(Exception):
+    """A peer passed MAX_HELLO bytes of its first line while every long-hello slot was taken."""
+
+
 class AsyncListener:
     """Accepts relayds that dial out and hands each to the trial whose token
     it carries, like Listener: ``async with AsyncListener() as lst:``, then
-    ``c = await lst.accept(token)`` in each trial's task."""
+    ``c = await lst.accept(token)`` in each trial's task. The limits are
+    Listener's: ``handshake_timeout``, 64 KiB of a first line read freely
+    and 4 long-hello slots for more, ``hold_timeout`` for a relayd whose
+    trial has not called accept yet (a timer closes it, whether or not
+    anything else happens), ``max_pending``."""
 
     def __init__(
         self,
@@ -279,17 +287,21 @@ class AsyncListener:
         *,
         handshake_timeout: float = 10.0,
         max_pending: int = 1024,
+        hold_timeout: float = _wire.DEFAULT_HOLD_TIMEOUT,
         teardown_budget: float = _wire.DEFAULT_TEARDOWN_BUDGET,
     ) -> None:
         self._address = _wire.parse_address(address)
         self.handshake_timeout = handshake_timeout
         self.max_pending = max_pending
+        self.hold_timeout = hold_timeout
         self.teardown_budget = teardown_budget
         self._server: Optional[asyncio.Server] = None
-        self._ready: List[AsyncClient] = []
-        self._tokens: List[str] = []
+        # Relayds waiting for their accept: token, client, the timer that closes it.
+        self._ready: List[Tuple[str, AsyncClient, asyncio.TimerHandle]] = []
         self._changed = asyncio.Event()
         self._handshakes: Set["asyncio.Task[None]"] = set()
+        self._long_hellos = 0  # handshakes holding a long-hello slot
+        self._closing: Set["asyncio.Task[None]"] = set()  # held relayds being closed at their hold_timeout
 
     @property
     def address(self) -> Tuple[str, int]:
@@ -298,7 +310,8 @@ class AsyncListener:
         return host, port
 
     async def start(self) -> "AsyncListener":
-        self._server = await asyncio.start_server(self._handshake, *self._address, limit=_wire.MAX_REPLY_LINE)
+        # The streams' limit is MAX_HELLO until a peer's ready is read (see _read_hello).
+        self._server = await asyncio.start_server(self._handshake, *self._address, limit=_wire.MAX_HELLO)
         return self
 
     async def __aenter__(self) -> "AsyncListener":
@@ -308,19 +321,24 @@ class AsyncListener:
         await self.close()
 
     async def close(self) -> None:
-        """Stop listening and close every connection not handed out yet."""
+        """Stop listening and close every connection not handed out yet,
+        peers in their handshake included."""
         server, self._server = self._server, None
         if server is not None:
+            # Closes the listening socket. Not followed by wait_closed: from
+            # Python 3.12 that waits for every connection the server
+            # accepted, the clients handed out by accept included.
             server.close()
-            await server.wait_closed()
         for t in list(self._handshakes):
             t.cancel()
         if self._handshakes:
             await asyncio.gather(*self._handshakes, return_exceptions=True)
-        for c in self._ready:
+        ready, self._ready = self._ready, []
+        for _, c, timer in ready:
+            timer.cancel()
             await c.close()
-        self._ready.clear()
-        self._tokens.clear()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
 
     async def accept(self, token: str, *, timeout: Optional[float] = None) -> AsyncClient:
         """The AsyncClient of the relayd whose ready carries ``token``;
@@ -331,10 +349,11 @@ class AsyncListener:
         while True:
             if self._server is None:
                 raise ConnectionLostError("the listener is closed")
-            for i, tok in enumerate(self._tokens):
+            for i, (tok, c, timer) in enumerate(self._ready):
                 if hmac.compare_digest(tok.encode(), want):
-                    del self._tokens[i]
-                    return self._ready.pop(i)
+                    del self._ready[i]
+                    timer.cancel()
+                    return c
             self._changed.clear()
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
@@ -353,9 +372,10 @@ class AsyncListener:
             if len(self._ready) + len(self._handshakes) > self.max_pending:
                 return
             try:
-                line = await asyncio.wait_for(reader.readuntil(b"\n"), self.handshake_timeout)
+                line = await asyncio.wait_for(self._read_hello(reader), self.handshake_timeout)
                 msg = _wire.decode(line)
-            except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError, UnexpectedReplyError):
+            except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError,
+                    UnexpectedReplyError, _LongHelloRefused):
                 return
             token = msg.get("token")
             if msg["kind"] != "ready" or not isinstance(token, str):
@@ -363,8 +383,8 @@ class AsyncListener:
             c = AsyncClient("", token, teardown_budget=self.teardown_budget)
             c.first_ready = Ready._parse(msg)
             c._attach(reader, writer)
-            self._ready.append(c)
-            self._tokens.append(token)
+            timer = asyncio.get_running_loop().call_later(self.hold_timeout, self._expire, c)
+            self._ready.append((token, c, timer))
             kept = True
             self._changed.set()
         finally:
@@ -375,3 +395,35 @@ class AsyncListener:
                     await writer.wait_closed()
                 except (OSError, asyncio.CancelledError):
                     pass
+
+    async def _read_hello(self, reader: asyncio.StreamReader) -> bytes:
+        """A peer's first line. Until its ready a peer is nobody: its stream
+        reads MAX_HELLO bytes (and what the last read brought), and more
+        only while it holds a long-hello slot. The limit is StreamReader's
+        private _limit, raised in place: asyncio has no public way to
+        change it, and a second stream would need the transport's protocol
+        swapped. Its reads pause at twice the limit, but readuntil fails
+        past it first."""
+        try:
+            line = await reader.readuntil(b"\n")
+        except asyncio.LimitOverrunError:
+            if self._long_hellos >= _wire.MAX_LONG_HELLOS:
+                raise _LongHelloRefused() from None
+            self._long_hellos += 1
+            try:
+                setattr(reader, "_limit", _wire.MAX_REPLY_LINE)
+                return await reader.readuntil(b"\n")
+            finally:
+                self._long_hellos -= 1
+        setattr(reader, "_limit", _wire.MAX_REPLY_LINE)  # the AsyncClient reads replies from it
+        return line
+
+    def _expire(self, c: AsyncClient) -> None:
+        """The timer of a relayd held for hold_timeout without its accept: closes it."""
+        for i, (_, held, _) in enumerate(self._ready):
+            if held is c:
+                del self._ready[i]
+                t = asyncio.get_running_loop().create_task(c.close())
+                self._closing.add(t)
+                t.add_done_callback(self._closing.discard)
+                return

@@ -278,14 +278,48 @@ class Client:
             self._buf += chunk
 
 
+class _Hello:
+    """A peer in its handshake: what it sent of its first line so far."""
+
+    __slots__ = ("buf", "expires", "long")
+
+    def __init__(self, expires: float) -> None:
+        self.buf = bytearray()
+        self.expires = expires
+        self.long = False  # holds a long-hello slot
+
+
+class _Held:
+    """A relayd whose handshake is done, waiting for its trial's accept."""
+
+    __slots__ = ("token", "sock", "ready", "rest", "expires")
+
+    def __init__(self, token: str, sock: socket.socket, ready: Dict[str, Any], rest: bytes, expires: float) -> None:
+        self.token = token
+        self.sock = sock
+        self.ready = ready
+        self.rest = rest
+        self.expires = expires
+
+
 class Listener:
     """Accepts relayds that dial out (``relayd --connect HOST:PORT``) and
     hands each to the trial whose token it carries: accept(token) returns a
     Client once a relayd whose first ``ready`` carries that token has
-    connected. relayds with another trial's token wait, handshake done, for
-    their own accept (at most ``max_pending`` at once); a peer that sends no
-    ready within ``handshake_timeout`` is dropped. Several threads may call
-    accept at once. Made by serve()."""
+    connected. Several threads may call accept at once. Made by serve().
+
+    A peer that sends no ready with a token within ``handshake_timeout`` is
+    closed. Its first line may be as long as a reply (a ready carries the
+    relayd's --instruction-file), but its first 64 KiB only are read
+    freely: to send more it needs one of 4 long-hello slots, and when all
+    are taken it is closed at once. relayds of other trials wait, handshake
+    done, for their own accept, each for at most ``hold_timeout`` seconds.
+    At most ``max_pending`` peers, in their handshake or waiting, are kept
+    at once (more are closed at once).
+
+    The listener works only inside accept: while no thread calls it,
+    arriving relayds wait in the kernel's backlog, and timeouts are
+    applied at the next accept."""
 
     def __init__(
         self,
@@ -293,17 +327,20 @@ class Listener:
         *,
         handshake_timeout: float = 10.0,
         max_pending: int = 1024,
+        hold_timeout: float = _wire.DEFAULT_HOLD_TIMEOUT,
         teardown_budget: float = _wire.DEFAULT_TEARDOWN_BUDGET,
     ) -> None:
         self._sock = socket.create_server(_wire.parse_address(address), backlog=128)
         self._sock.setblocking(False)
         self.handshake_timeout = handshake_timeout
         self.max_pending = max_pending
+        self.hold_timeout = hold_timeout
         self.teardown_budget = teardown_budget
         self._sel = selectors.DefaultSelector()
         self._sel.register(self._sock, selectors.EVENT_READ)
-        self._hello: Dict[socket.socket, Tuple[bytearray, float]] = {}
-        self._ready: List[Tuple[str, socket.socket, Dict[str, Any], bytes]] = []
+        self._hello: Dict[socket.socket, _Hello] = {}
+        self._long_hellos = 0  # peers in _hello holding a long-hello slot
+        self._ready: List[_Held] = []
         self._lock = threading.Lock()
         self._closed = False
 
@@ -320,16 +357,18 @@ class Listener:
         self.close()
 
     def close(self) -> None:
-        """Stop listening and close every connection not handed out yet."""
+        """Stop listening and close every connection not handed out yet,
+        peers in their handshake included."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             for s in list(self._hello):
                 s.close()
-            for _, s, _, _ in self._ready:
-                s.close()
+            for h in self._ready:
+                h.sock.close()
             self._hello.clear()
+            self._long_hellos = 0
             self._ready.clear()
             self._sel.close()
             self._sock.close()
@@ -343,28 +382,40 @@ class Listener:
             with self._lock:
                 if self._closed:
                     raise ConnectionLostError("the listener is closed")
-                for i, (tok, sock, ready, rest) in enumerate(self._ready):
-                    if hmac.compare_digest(tok.encode(), want):
+                self._expire(time.monotonic())
+                for i, h in enumerate(self._ready):
+                    if hmac.compare_digest(h.token.encode(), want):
                         del self._ready[i]
-                        sock.setblocking(True)
-                        c = Client("", token, teardown_budget=self.teardown_budget, _sock=sock, _buffer=rest)
-                        c.first_ready = Ready._parse(ready)
+                        h.sock.setblocking(True)
+                        c = Client("", token, teardown_budget=self.teardown_budget, _sock=h.sock, _buffer=h.rest)
+                        c.first_ready = Ready._parse(h.ready)
                         return c
                 if deadline is not None and time.monotonic() >= deadline:
                     raise ReplyTimeoutError(f"no relayd with this trial's token dialed {self.address[0]}:{self.address[1]} in time")
                 self._pump(0.05)
 
     def _pump(self, wait: float) -> None:
-        now = time.monotonic()
-        for sock, (_, expires) in list(self._hello.items()):
-            if now >= expires:
-                self._drop(sock)
+        self._expire(time.monotonic())
         for key, _ in self._sel.select(wait):
             obj = key.fileobj
             if obj is self._sock:
                 self._take()
             elif isinstance(obj, socket.socket):
                 self._read_hello(obj)
+
+    def _expire(self, now: float) -> None:
+        """Closes peers past their handshake_timeout and relayds held past
+        their hold_timeout: each pump looks, so while any accept waits, a
+        held relayd is closed within 50 ms of its time, whether or not
+        another peer arrives."""
+        for sock, hello in list(self._hello.items()):
+            if now >= hello.expires:
+                self._drop(sock)
+        if any(now >= h.expires for h in self._ready):
+            for h in self._ready:
+                if now >= h.expires:
+                    h.sock.close()
+            self._ready = [h for h in self._ready if now < h.expires]
 
     def _take(self) -> None:
         try:
@@ -377,23 +428,39 @@ class Listener:
             conn.close()
             return
         conn.setblocking(False)
-        self._hello[conn] = (bytearray(), time.monotonic() + self.handshake_timeout)
+        self._hello[conn] = _Hello(time.monotonic() + self.handshake_timeout)
         self._sel.register(conn, selectors.EVENT_READ)
 
     def _read_hello(self, sock: socket.socket) -> None:
-        buf, _ = self._hello[sock]
+        hello = self._hello[sock]
+        buf = hello.buf
+        # Until its ready a peer is nobody: past MAX_HELLO bytes it reads on
+        # only with a long-hello slot (taken below, once it gets there).
+        size = 1 << 20 if hello.long else min(1 << 16, _wire.MAX_HELLO - len(buf))
         try:
-            chunk = sock.recv(1 << 16)
+            chunk = sock.recv(size)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
             chunk = b""
-        if not chunk or len(buf) + len(chunk) > 1 << 20:
+        if not chunk:
             self._drop(sock)
             return
+        start = len(buf)
         buf += chunk
-        i = buf.find(b"\n")
+        i = buf.find(b"\n", start)  # only the new bytes: a long line comes in many pieces
         if i < 0:
+            if len(buf) > _wire.MAX_REPLY_LINE:
+                self._drop(sock)
+            elif len(buf) >= _wire.MAX_HELLO and not hello.long:
+                if self._long_hellos >= _wire.MAX_LONG_HELLOS:
+                    self._drop(sock)  # too many long first lines at once
+                else:
+                    hello.long = True
+                    self._long_hellos += 1
+            return
+        if i > _wire.MAX_REPLY_LINE:
+            self._drop(sock)
             return
         try:
             msg = _wire.decode(bytes(buf[: i + 1]))
@@ -404,13 +471,17 @@ class Listener:
         if msg["kind"] != "ready" or not isinstance(token, str):
             self._drop(sock)
             return
+        self._end_hello(sock)
+        self._ready.append(_Held(token, sock, msg, bytes(buf[i + 1 :]), time.monotonic() + self.hold_timeout))
+
+    def _end_hello(self, sock: socket.socket) -> None:
+        """Ends sock's handshake: its long-hello slot, if it held one, is given back."""
         self._sel.unregister(sock)
-        del self._hello[sock]
-        self._ready.append((token, sock, msg, bytes(buf[i + 1 :])))
+        if self._hello.pop(sock).long:
+            self._long_hellos -= 1
 
     def _drop(self, sock: socket.socket) -> None:
-        self._sel.unregister(sock)
-        del self._hello[sock]
+        self._end_hello(sock)
         sock.close()
 
 
@@ -419,8 +490,10 @@ def serve(
     *,
     handshake_timeout: float = 10.0,
     max_pending: int = 1024,
+    hold_timeout: float = _wire.DEFAULT_HOLD_TIMEOUT,
     teardown_budget: float = _wire.DEFAULT_TEARDOWN_BUDGET,
 ) -> Listener:
     """Listen for dial-out relayds on ``address`` (default: a free port on
     the loopback). Use the Listener as a context manager."""
-    return Listener(address, handshake_timeout=handshake_timeout, max_pending=max_pending, teardown_budget=teardown_budget)
+    return Listener(address, handshake_timeout=handshake_timeout, max_pending=max_pending, hold_timeout=hold_timeout,
+                    teardown_budget=teardown_budget)
