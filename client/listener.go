@@ -50,7 +50,7 @@ var ErrListenerClosed = errors.New("client: listener closed")
 // token; Accept hands the connection to the trial that waits for that token.
 //
 // A relayd that arrives before its trial calls Accept is held (at most 256,
-// each for 60 s to 75 s); one that sends anything but a ready with a token,
+// each for 60 s to 75 s); one that does not send a ready with a token
 // within 10 s is closed. At most 256 peers may be in that handshake at
 // once (more are closed at once), and at most 4 of them may send a first
 // line longer than 64 KiB (a ready with a long instruction; another is
