@@ -34,3 +34,6 @@ func Held(l *Listener) int {
 	defer l.mu.Unlock()
 	return l.nheld
 }
+
+// LongHellos is how many peers hold one of l's long-hello slots.
+func LongHellos(l *Listener) int { return len(l.long) }
