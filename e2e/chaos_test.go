@@ -247,9 +247,24 @@ func (ch *chaos) scenario(i int, mech string, shape chaosShape, behaviour string
 		time.Sleep(time.Duration(ch.rng.Intn(100)) * time.Millisecond)
 		d.signal(syscall.SIGTERM)
 		r = c.read(15 * time.Second)
-		ch.check(r != nil && r["kind"] == "executed", "sigterm: want executed, got %v", r)
 		ch.check(d.wait(15*time.Second) == 0, "sigterm: relayd exit status not 0")
 		delete(ch.daemons, mech)
+		if r == nil || r["kind"] == "error" {
+			// relayd stops accepting at the signal (rule 6.8): a connection
+			// still in the listen backlog is closed unanswered, and an execute
+			// read after the signal gets shutting-down. Either way nothing of
+			// it may run on (found by a chaos run of 1,000 under load: the
+			// connection was not accepted yet).
+			ch.check(r == nil || category(t, r) == "shutting-down", "sigterm: got %v; want executed, shutting-down or no reply", r)
+			for _, pid := range readPids(pids) {
+				ch.check(!alive(pid), "sigterm: process %d of an execute that got no executed reply is alive", pid)
+			}
+			ch.outcomes["no reply at shutdown"]++
+			for _, c := range opened {
+				c.c.Close()
+			}
+			return
+		}
 	case "dial-out":
 		dd, c := dialOut(t, "--scope", mech)
 		c.read(10 * time.Second) // ready
