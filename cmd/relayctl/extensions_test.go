@@ -25,19 +25,7 @@ import (
 func TestExecStreamIsLive(t *testing.T) {
 	r := start(t)
 	gate := filepath.Join(r.Dir, "gate")
-	cmd := exec.Command(relayctlBin, "exec", "--addr", r.Addr, "--stream", "--",
-		"sh", "-c", "echo one; echo warn >&2; while [ ! -e "+gate+" ]; do sleep 0.05; done; echo two")
-	cmd.Env = append(testharness.CleanEnv(), "RELAYD_TOKEN="+r.Token)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }) // the relayctl this test started
+	cmd, stdout, stderr := startStreaming(t, r, "echo one; echo warn >&2; while [ ! -e "+gate+" ]; do sleep 0.05; done; echo two")
 	first := make(chan string, 1)
 	br := bufio.NewReader(stdout)
 	go func() { l, _ := br.ReadString('\n'); first <- l }()
@@ -152,19 +140,7 @@ func TestExecStreamDroppedNote(t *testing.T) {
 	r := start(t)
 	const n = 32 << 20
 	done := filepath.Join(r.Dir, "done")
-	cmd := exec.Command(relayctlBin, "exec", "--addr", r.Addr, "--stream", "--",
-		"sh", "-c", "head -c 33554432 /dev/zero; touch "+done)
-	cmd.Env = append(testharness.CleanEnv(), "RELAYD_TOKEN="+r.Token)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	cmd, stdout, stderr := startStreaming(t, r, "head -c 33554432 /dev/zero; touch "+done)
 	deadline := time.Now().Add(20 * time.Second)
 	for _, err := os.Stat(done); err != nil; _, err = os.Stat(done) {
 		if time.Now().After(deadline) {
@@ -220,4 +196,23 @@ func TestExecJSONStream(t *testing.T) {
 	if streamed["stdout"] != "one\n" || streamed["stderr"] != "two\n" {
 		t.Fatalf("streamed %q; want stdout one and stderr two", streamed)
 	}
+}
+
+// startStreaming starts relayctl exec --stream with sh -c script against r;
+// the test reads its stdout as it comes. The test's cleanup ends it.
+func startStreaming(t *testing.T, r *testharness.Relayd, script string) (*exec.Cmd, io.ReadCloser, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(relayctlBin, "exec", "--addr", r.Addr, "--stream", "--", "sh", "-c", script)
+	cmd.Env = append(testharness.CleanEnv(), "RELAYD_TOKEN="+r.Token)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := &bytes.Buffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }) // the relayctl this test started
+	return cmd, stdout, stderr
 }
