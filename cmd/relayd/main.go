@@ -49,9 +49,9 @@ type exitError struct {
 func (e *exitError) Error() string { return e.err.Error() }
 
 func main() {
-	// relayd re-executed as the helper that moves a subject into its cgroup
-	// leaf where clone3 is refused: it execs the subject and never returns.
-	exec.EnterCgroupHelper()
+	// relayd re-executed as an execution's shim (internal/exec/shim_linux.go):
+	// it serves relayd over its socket and never returns.
+	exec.ShimMain()
 	err := run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	if err == nil {
 		return
@@ -137,17 +137,18 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	defer cancel()
 	host := env.Probe()
 	reaper := exec.NewReaper(ctx)
-	tracker := exec.NewTracker(ctx, reaper, 50*time.Millisecond)
 	if !host.ProcOK {
 		return &exitError{exitUsage, errors.New("/proc is not mounted: relayd cannot see the processes of a scope")}
 	}
 	settleLeftovers(o, state, log)
-	scopes, err := chooseScope(ctx, o, reaper, tracker, host, log)
+	shims := exec.NewShims(ctx, reaper, "", o.termGrace, o.teardownTimeout)
+	mech, err := chooseScope(ctx, o, shims, host, log)
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
-	defer scopes.release()
-	recordScopes(ctx, o, state, stateErr, tracker, scopes.mechanism, host, log)
+	defer mech.Release()
+	shims.Warm()
+	recordScopes(ctx, o, state, stateErr, mech, host, log)
 	if !host.Subreaper {
 		log.Warn().Msg("relayd could not become a child subreaper: orphans of subjects may escape a process-group scope")
 	}
@@ -170,9 +171,9 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		ArtifactLimit:   int64(o.artifactLimit),
 		SubjectUser:     subjectUser,
 		BaseEnv:         env.Base(os.Environ()),
-		Reaper:          reaper,
-		NewScope:        scopes.newScope,
-		Mechanism:       scopes.mechanism,
+		Shims:           shims,
+		NewScope:        mech.NewScope,
+		Mechanism:       mech.Name(),
 		Destroy:         destroyer(o, reaper, host, log),
 		Log:             log,
 	})

@@ -13,23 +13,17 @@ import (
 	"github.com/relayd/relayd/internal/teardown"
 )
 
-// scopes is the mechanism chosen at startup.
-type scopes struct {
-	mechanism string
-	newScope  func(name string) (exec.Scope, error)
-	release   func()
-}
-
-// chooseScope picks the scope mechanism: cgroup when --scope is cgroup or
-// auto and a cgroup v2 hierarchy is proven to work here, else
-// process-group. --scope cgroup without a working hierarchy is an error,
-// and so is an explicit --cgroup-root that does not work: auto falls back
-// to process-group only from the cgroup relayd found itself, not from one
-// it was told to use.
-func chooseScope(ctx context.Context, o options, r *exec.Reaper, t *exec.Tracker, host env.Host, log zerolog.Logger) (scopes, error) {
-	pg := scopes{mechanism: exec.ProcessGroup, newScope: t.NewScope, release: func() {}}
+// chooseScope picks the scope mechanism, the one place where it is
+// chosen: cgroup when --scope is cgroup or auto and a cgroup v2 hierarchy
+// is proven to work here, else process-group. --scope cgroup without a
+// working hierarchy is an error, and so is an explicit --cgroup-root that
+// does not work: auto falls back to process-group only from the cgroup
+// relayd found itself, not from one it was told to use. Either way every
+// subject is started by a shim of its own (internal/exec/shim_linux.go).
+func chooseScope(ctx context.Context, o options, shims *exec.Shims, host env.Host, log zerolog.Logger) (exec.Mechanism, error) {
+	pg := exec.NewProcessGroups(shims)
 	if o.scope == "process-group" {
-		log.Info().Str("scope", pg.mechanism).Str("requested", o.scope).Bool("pid1", host.PID1).
+		log.Info().Str("scope", pg.Name()).Str("requested", o.scope).Bool("pid1", host.PID1).
 			Bool("subreaper", host.Subreaper).Str("why", "requested").Msg("scope mechanism chosen")
 		return pg, nil
 	}
@@ -45,30 +39,30 @@ func chooseScope(ctx context.Context, o options, r *exec.Reaper, t *exec.Tracker
 				home = own.Base
 			}
 		}
-		c, err = exec.NewCgroups(ctx, r, cg.Base, home)
+		c, err = exec.NewCgroups(ctx, shims, cg.Base, home)
 	}
 	if err != nil {
 		if o.scope == "cgroup" {
-			return scopes{}, fmt.Errorf("--scope cgroup: no usable cgroup v2 hierarchy: %v", err)
+			return nil, fmt.Errorf("--scope cgroup: no usable cgroup v2 hierarchy: %v", err)
 		}
 		if o.cgroupRoot != "" {
-			return scopes{}, fmt.Errorf("--cgroup-root %s cannot be used: %v; --scope auto falls back to process-group only without --cgroup-root", o.cgroupRoot, err)
+			return nil, fmt.Errorf("--cgroup-root %s cannot be used: %v; --scope auto falls back to process-group only without --cgroup-root", o.cgroupRoot, err)
 		}
-		log.Info().Str("scope", pg.mechanism).Str("requested", o.scope).Bool("pid1", host.PID1).
+		log.Info().Str("scope", pg.Name()).Str("requested", o.scope).Bool("pid1", host.PID1).
 			Bool("subreaper", host.Subreaper).Str("why", "cgroup v2 unusable: "+err.Error()).
 			Msg("scope mechanism chosen")
 		return pg, nil
 	}
 	why := "a cgroup v2 leaf per execution was created, used and removed at startup"
-	if c.EntersByHelper() {
-		why += "; clone3 is refused here (a seccomp filter), so each command moves itself into its leaf through relayd's helper before it execs"
+	if c.EntersByShim() {
+		why += "; clone3 is refused here (a seccomp filter), so each command's shim moves itself into its leaf for the fork"
 	}
 	if cg.Outside {
 		why += "; relayd's own cgroup is in no cgroup2 mount, so the top of " + cg.Mount + " is the base"
 	}
 	log.Info().Str("scope", exec.Cgroup).Str("requested", o.scope).Bool("pid1", host.PID1).
 		Str("subtree", c.Subtree()).Str("why", why).Msg("scope mechanism chosen")
-	return scopes{mechanism: exec.Cgroup, newScope: c.NewScope, release: c.Release}, nil
+	return c, nil
 }
 
 // destroyer builds the destroy step of protocol section 8.

@@ -24,9 +24,10 @@ func stateDirError(err error) error {
 
 // recordScopes makes the tracker record running process-group scopes in
 // the state directory, or says in one line why it does not.
-func recordScopes(ctx context.Context, o options, st *exec.State, stateErr error, t *exec.Tracker, mechanism string, host env.Host, log zerolog.Logger) {
+func recordScopes(ctx context.Context, o options, st *exec.State, stateErr error, mech exec.Mechanism, host env.Host, log zerolog.Logger) {
+	pg, isPG := mech.(*exec.ProcessGroups)
 	switch {
-	case mechanism != exec.ProcessGroup:
+	case !isPG:
 		// A cgroup leaf outlives relayd by itself: nothing to record.
 	case host.PID1:
 		log.Info().Msg("running scopes are not recorded: as PID 1, relayd's death ends every process of its namespace")
@@ -37,7 +38,7 @@ func recordScopes(ctx context.Context, o options, st *exec.State, stateErr error
 		st.OnError = func(err error) {
 			log.Warn().Err(err).Msg("cannot write the record of running scopes: a relayd started after this one is killed may not settle what it left running")
 		}
-		t.Record(ctx, st, recordEvery)
+		pg.Record(ctx, st, recordEvery)
 		log.Info().Str("record", st.Path()).Msg("running process-group scopes are recorded for a relayd started after this one")
 	}
 }

@@ -26,7 +26,11 @@ const Cgroup = "cgroup"
 //	BASE/relayd-PID/daemon   relayd
 //	BASE/relayd-PID/x-N      one execution each
 //
-// The subject is born inside its leaf (clone3 with CLONE_INTO_CGROUP), so no
+// The subject is born inside its leaf, by its shim (shim_linux.go): with
+// clone3 and CLONE_INTO_CGROUP where the kernel and the seccomp filter
+// allow it, else by the shim moving itself into the leaf for the fork and
+// back into the daemon leaf (where relayd and the idle shims live) right
+// after it. Either way no
 // descendant can be outside it: setsid and double forks do not leave a
 // cgroup. A subject with write access to the hierarchy (relayd's own user,
 // root) can make child cgroups below its leaf and move processes into them;
@@ -42,9 +46,11 @@ type Cgroups struct {
 	subtree string // BASE/relayd-PID
 	next    atomic.Uint64
 	hasKill bool
-	// viaHelper: clone3 is refused here, so subjects enter their leaf
-	// through the helper (enter_linux.go) instead of being born in it.
-	viaHelper bool
+	// viaShim: clone3 is refused here, so a subject is not born in its
+	// leaf by clone3: its shim moves itself into the leaf, forks it, and
+	// moves back to the daemon leaf.
+	viaShim bool
+	shims   *Shims
 
 	mu      sync.Mutex
 	pending map[*cgScope]bool // leaves with survivors, removed once empty
@@ -58,8 +64,8 @@ type Cgroups struct {
 // with the reason.
 //
 // home is the cgroup relayd runs in now, where Release moves it back.
-func NewCgroups(ctx context.Context, r *Reaper, base, home string) (*Cgroups, error) {
-	c := &Cgroups{base: base, home: home, subtree: filepath.Join(base, "relayd-"+strconv.Itoa(os.Getpid())),
+func NewCgroups(ctx context.Context, shims *Shims, base, home string) (*Cgroups, error) {
+	c := &Cgroups{base: base, home: home, shims: shims, subtree: filepath.Join(base, "relayd-"+strconv.Itoa(os.Getpid())),
 		pending: make(map[*cgScope]bool), kick: make(chan struct{}, 1)}
 	if err := faultCgroupSetup(); err != nil {
 		return nil, err
@@ -82,10 +88,10 @@ func NewCgroups(ctx context.Context, r *Reaper, base, home string) (*Cgroups, er
 	c.removeEmptyLeaves()
 	_, err := os.Stat(filepath.Join(daemon, "cgroup.kill"))
 	c.hasKill = err == nil && !faultNoCgroupKill()
-	err = c.probe(r)
+	err = c.probe()
 	if err != nil && refusedClone3(err) {
-		c.viaHelper = true
-		err = c.probe(r)
+		c.viaShim = true
+		err = c.probe()
 	}
 	if err != nil {
 		c.Release()
@@ -95,42 +101,49 @@ func NewCgroups(ctx context.Context, r *Reaper, base, home string) (*Cgroups, er
 	return c, nil
 }
 
-// probe spawns a child that exits at once into a new leaf, and checks that
-// the leaf reports it populated and then empty.
-func (c *Cgroups) probe(r *Reaper) error {
+// probe starts a child that exits at once in a new leaf, through a shim as
+// every subject is, and checks that the leaf reports it populated and then
+// empty.
+func (c *Cgroups) probe() error {
 	sc, err := c.newLeaf("probe")
 	if err != nil {
 		return err
 	}
-	sys := &syscall.SysProcAttr{}
-	if err := sc.prepare(sys); err != nil {
-		return err
-	}
-	devnull, err := os.Open(os.DevNull)
+	mode, fds, err := sc.enter()
 	if err != nil {
+		sc.remove()
 		return err
 	}
-	defer devnull.Close()
+	devnull, err := devNull()
+	if err != nil {
+		closeFDs(fds)
+		sc.remove()
+		return err
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		exe = "/proc/self/exe"
 	}
-	pid, _, exited, err := launch(r, sc, exe, []string{"relayd", "--version"},
-		&syscall.ProcAttr{Files: []uintptr{devnull.Fd(), devnull.Fd(), devnull.Fd()}, Sys: sys})
-	sc.started(pid)
+	run, _, _, err := startShimmed(c.shims, Spec{Path: exe, Argv: []string{"relayd", "--version"}}, mode,
+		append([]int{int(devnull.r), int(devnull.w), int(devnull.w)}, fds...))
+	closeFDs(fds)
 	if err != nil {
 		sc.remove()
 		return fmt.Errorf("exec.probe: cannot start a process inside a cgroup leaf: %w", err)
 	}
+	sc.started(run)
 	select {
-	case <-exited:
+	case <-run.exited:
+	case <-run.lost:
+		return fmt.Errorf("exec.probe: the probe's shim was lost")
 	case <-time.After(10 * time.Second):
-		return fmt.Errorf("exec.probe: the probe process %d did not exit within 10s", pid)
+		return fmt.Errorf("exec.probe: the probe process did not exit within 10s")
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		members, err := sc.Members()
 		if err == nil && len(members) == 0 && sc.remove() {
+			run.close()
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -138,6 +151,13 @@ func (c *Cgroups) probe(r *Reaper) error {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// refusedClone3 says whether a spawn failed because clone3 is refused: a
+// seccomp filter's ENOSYS (Docker's default profile) or EPERM (older
+// profiles, which did not know the call).
+func refusedClone3(err error) bool {
+	return errors.Is(err, syscall.ENOSYS) || errors.Is(err, syscall.EPERM)
 }
 
 // Release moves relayd back to the cgroup it started in and removes
@@ -194,6 +214,11 @@ func processExists(pid int) bool {
 	return err == nil || errors.Is(err, unix.EPERM)
 }
 
+// idleCost: a watcher of kept scopes waits at least idleCost times as long
+// as its last pass took, so that it spends at most about 1/idleCost of a
+// core (1%) however many it watches (rule 6.11).
+const idleCost = 100
+
 // The sweep's timing: every sweepInterval after a leaf is handed to it or
 // removed, doubling while nothing goes up to maxSweepInterval, and at least
 // idleCost times as long as the last sweep took, so that leaves kept for
@@ -240,9 +265,12 @@ func (c *Cgroups) sweep(ctx context.Context) {
 	}
 }
 
-// EntersByHelper says that clone3 is refused here, so that each subject
-// moves itself into its leaf through relayd's helper before it execs.
-func (c *Cgroups) EntersByHelper() bool { return c.viaHelper }
+// EntersByShim says that clone3 is refused here, so that each subject's
+// shim moves itself into the leaf for the fork.
+func (c *Cgroups) EntersByShim() bool { return c.viaShim }
+
+// Name is the mechanism's name.
+func (c *Cgroups) Name() string { return Cgroup }
 
 // Subtree is relayd's own part of the hierarchy.
 func (c *Cgroups) Subtree() string { return c.subtree }
@@ -265,7 +293,7 @@ func (c *Cgroups) newLeaf(name string) (*cgScope, error) {
 	for i := 2; ; i++ {
 		err := os.Mkdir(dir, 0o755)
 		if err == nil {
-			return &cgScope{c: c, dir: dir, fd: -1}, nil
+			return &cgScope{c: c, dir: dir}, nil
 		}
 		if !errors.Is(err, os.ErrExist) || i > 100 {
 			return nil, fmt.Errorf("%w: cannot create cgroup leaf %s: %v", ErrScopeUnavailable, dir, err)
@@ -277,45 +305,36 @@ func (c *Cgroups) newLeaf(name string) (*cgScope, error) {
 type cgScope struct {
 	c       *Cgroups
 	dir     string
-	fd      int         // the leaf, open for clone3 until the subject runs
-	procsW  *os.File    // the leaf's cgroup.procs, open for the helper until the subject runs
+	run     *shimRun
 	removed atomic.Bool // the leaf was removed, which the kernel allows only when it is empty
 }
 
 func (s *cgScope) Mechanism() string { return Cgroup }
 
-func (s *cgScope) prepare(attr *syscall.SysProcAttr) error {
-	attr.Setsid = true // a session too: a terminal-less subject, like the process-group mechanism
-	if s.c.viaHelper {
-		f, err := os.OpenFile(filepath.Join(s.dir, "cgroup.procs"), os.O_WRONLY, 0)
+// enter opens what the shim needs for the subject to be born in the leaf:
+// the leaf itself for clone3, or the leaf's cgroup.procs and the daemon
+// leaf's for the shim to move into the leaf and back.
+func (s *cgScope) enter() (int, []int, error) {
+	if s.c.viaShim {
+		in, err := unix.Open(filepath.Join(s.dir, "cgroup.procs"), unix.O_WRONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return fmt.Errorf("cannot open %s/cgroup.procs: %w", s.dir, err)
+			return 0, nil, fmt.Errorf("cannot open %s/cgroup.procs: %w", s.dir, err)
 		}
-		s.procsW = f
-		return nil
+		back, err := unix.Open(filepath.Join(s.c.subtree, "daemon", "cgroup.procs"), unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			unix.Close(in)
+			return 0, nil, fmt.Errorf("cannot open %s/daemon/cgroup.procs: %w", s.c.subtree, err)
+		}
+		return cgroupMigrate, []int{in, back}, nil
 	}
 	fd, err := unix.Open(s.dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("cannot open cgroup leaf %s: %w", s.dir, err)
+		return 0, nil, fmt.Errorf("cannot open cgroup leaf %s: %w", s.dir, err)
 	}
-	s.fd = fd
-	attr.UseCgroupFD = true
-	attr.CgroupFD = fd
-	return nil
+	return cgroupClone3, []int{fd}, nil
 }
 
-func (s *cgScope) procsFile() *os.File { return s.procsW }
-
-func (s *cgScope) started(int) {
-	if s.fd >= 0 {
-		unix.Close(s.fd)
-		s.fd = -1
-	}
-	if s.procsW != nil {
-		s.procsW.Close()
-		s.procsW = nil
-	}
-}
+func (s *cgScope) started(run *shimRun) { s.run = run }
 
 // Members reads cgroup.procs of the leaf and of every cgroup below it. An
 // empty list counts only when the leaf's cgroup.events also says
@@ -535,6 +554,9 @@ func (s *cgScope) signalEach(sig syscall.Signal) error {
 // survivors are gone. The leaf is marked, so that a relayd started after
 // this one dies leaves the survivors alone too (leftover_cgroup_linux.go).
 func (s *cgScope) LeaveAlone() {
+	if s.run != nil {
+		s.run.leaveAlone()
+	}
 	markLeftAlone(s.dir)
 	s.keep()
 }
@@ -542,7 +564,9 @@ func (s *cgScope) LeaveAlone() {
 // Close removes the leaf when it is empty; a leaf with survivors is
 // removed later, once they are gone.
 func (s *cgScope) Close() {
-	s.started(0)
+	if s.run != nil {
+		s.run.close()
+	}
 	s.keep()
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,18 +20,18 @@ import (
 	"github.com/relayd/relayd/internal/testharness"
 )
 
-// The one reaper of this test binary, and two trackers: one that rescans
-// often, as relayd's does, and one that never rescans by itself, so that a
-// test decides when the process table is looked at. The reaper waits for
-// every child of the process: nothing here uses os/exec, and children start
-// through Start or Reaper.ForkExec only.
+// The one reaper of this test binary, its shims (the test binary is its
+// own subjects' shim) and the process-group mechanism over them. The
+// reaper waits for every child of the process: nothing here uses os/exec,
+// and children start through Start or Reaper.ForkExec only.
 var (
-	testReaper  *Reaper
-	testTracker *Tracker
-	slowTracker *Tracker
+	testReaper *Reaper
+	testShims  *Shims
+	testPG     *ProcessGroups
 )
 
 func TestMain(m *testing.M) {
+	ShimMain()
 	// Like relayd, the test process is a child subreaper: orphans of its
 	// subjects are reparented to it, where the reaper reaps them and the
 	// trackers can see them.
@@ -42,9 +41,11 @@ func TestMain(m *testing.M) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	testReaper = NewReaper(ctx)
-	testTracker = NewTracker(ctx, testReaper, 10*time.Millisecond)
-	slowTracker = NewTracker(ctx, testReaper, 24*time.Hour)
-	code := testharness.LeakCheck("exec tests", m.Run())
+	testShims = NewShims(ctx, testReaper, "", time.Second, 5*time.Second)
+	testPG = NewProcessGroups(testShims)
+	code := m.Run()
+	testShims.Close()
+	code = testharness.LeakCheck("exec tests", code)
 	cancel()
 	os.Exit(code)
 }
@@ -155,10 +156,10 @@ func (p *pins) pin(pid int) {
 	p.fds[pid] = fd
 }
 
-// pinChild pins a subject the test has just started, unless it has already
-// ended and been reaped: then there is nothing to kill, and the pid may
-// belong to another process already.
-func (p *pins) pinChild(pid int) {
+// pinChild pins a subject the test has just started (its start time as its
+// shim read it), unless it has already ended and been reaped: then there
+// is nothing to kill, and the pid may belong to another process already.
+func (p *pins) pinChild(pid int, start uint64) {
 	p.t.Helper()
 	fd, err := unix.PidfdOpen(pid, 0)
 	if errors.Is(err, unix.ESRCH) {
@@ -168,8 +169,8 @@ func (p *pins) pinChild(pid int) {
 		p.t.Fatalf("pidfd_open %d: %v", pid, err)
 	}
 	e, ok := statOf(pid)
-	if !ok || e.ppid != os.Getpid() {
-		unix.Close(fd) // ended, and the pid is no child of ours any more
+	if !ok || e.start != start {
+		unix.Close(fd) // ended, and the pid is another process's now
 		return
 	}
 	p.fds[pid] = fd
@@ -220,7 +221,7 @@ func startSh(t *testing.T, p *pins, scope Scope, script string, spec Spec) *Subj
 	t.Helper()
 	if scope == nil {
 		var err error
-		if scope, err = testTracker.NewScope(""); err != nil {
+		if scope, err = testPG.NewScope(""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -236,11 +237,11 @@ func startSh(t *testing.T, p *pins, scope Scope, script string, spec Spec) *Subj
 	if spec.Dir == "" {
 		spec.Dir = t.TempDir()
 	}
-	s, err := Start(testReaper, scope, spec)
+	s, err := Start(testShims, scope, spec)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	p.pinChild(s.PID)
+	p.pinChild(s.PID, s.Start)
 	return s
 }
 
@@ -392,18 +393,23 @@ func TestReaperStatus(t *testing.T) {
 }
 
 // An orphan (a double-forked grandchild, reparented to the test process,
-// a child subreaper) is reaped too, and no zombie stays.
+// a child subreaper) is reaped too, and no zombie stays. (A subject's
+// orphans go to its shim; relayd's reaper gets those of a dead shim.)
 func TestReaperReapsOrphans(t *testing.T) {
 	p := newPins(t)
 	gate, release := fifo(t)
-	out := newBuffer()
+	pidFile := filepath.Join(t.TempDir(), "orphan")
 	before := testReaper.Orphans()
-	s := startSh(t, p, nil, `( read x < "$GATE" & echo "orphan $!" )`, Spec{
-		Stdout: out, Env: append(slices.Clone(shEnv), "GATE="+gate)})
-	orphan := waitNamed(t, p, out, "orphan")["orphan"]
-	if st := waitExit(t, s); st.ExitCode() != 0 {
-		t.Fatalf("subject status %+v", st)
+	pid, _, exited, err := testReaper.ForkExec("/bin/sh", []string{"sh", "-c", `( read x < "$GATE" & echo $! > "$PIDFILE" )`},
+		&syscall.ProcAttr{Env: append(slices.Clone(shEnv), "GATE="+gate, "PIDFILE="+pidFile), Files: devNullFiles(t)})
+	if err != nil {
+		t.Fatal(err)
 	}
+	if st := <-exited; st.ExitCode() != 0 {
+		t.Fatalf("subject %d status %+v", pid, st)
+	}
+	orphan := readPidFile(t, pidFile)
+	p.pin(orphan)
 	e, ok := statOf(orphan)
 	if !ok || e.ppid != os.Getpid() {
 		t.Fatalf("orphan %d has parent %d; want the test process", orphan, e.ppid)
@@ -753,12 +759,12 @@ func TestStartSpawnErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := openFDs(t)
-			scope, err := testTracker.NewScope("")
+			scope, err := testPG.NewScope("")
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer scope.Close()
-			s, err := Start(testReaper, scope, tt.spec)
+			s, err := Start(testShims, scope, tt.spec)
 			if err == nil {
 				newPins(t).pin(s.PID)
 				t.Fatalf("Start(%s) started pid %d; want an error", tt.spec.Path, s.PID)
@@ -793,18 +799,18 @@ type failingScope struct{ startedCalls int }
 
 var errSetup = errors.New("fake: no scope today")
 
-func (f *failingScope) Mechanism() string                  { return "fake" }
-func (f *failingScope) Members() ([]Member, error)         { return nil, errSetup }
-func (f *failingScope) Signal(syscall.Signal) error        { return errSetup }
-func (f *failingScope) Close()                             {}
-func (f *failingScope) LeaveAlone()                        {}
-func (f *failingScope) prepare(*syscall.SysProcAttr) error { return errSetup }
-func (f *failingScope) started(int)                        { f.startedCalls++ }
+func (f *failingScope) Mechanism() string           { return "fake" }
+func (f *failingScope) Members() ([]Member, error)  { return nil, errSetup }
+func (f *failingScope) Signal(syscall.Signal) error { return errSetup }
+func (f *failingScope) Close()                      {}
+func (f *failingScope) LeaveAlone()                 {}
+func (f *failingScope) enter() (int, []int, error)  { return 0, nil, errSetup }
+func (f *failingScope) started(*shimRun)            { f.startedCalls++ }
 
 func TestStartScopeFailureRunsNothing(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), "MARKER")
 	f := &failingScope{}
-	s, err := Start(testReaper, f, Spec{Path: "/bin/sh", Argv: []string{"sh", "-c", "touch " + marker}, Env: shEnv})
+	s, err := Start(testShims, f, Spec{Path: "/bin/sh", Argv: []string{"sh", "-c", "touch " + marker}, Env: shEnv})
 	if err == nil {
 		newPins(t).pin(s.PID)
 		t.Fatal("Start with a failing scope started a subject")
@@ -846,15 +852,7 @@ func memberSet(t *testing.T, s Scope) map[int]bool {
 }
 
 func TestProcessGroupScope(t *testing.T) {
-	for _, tr := range []struct {
-		name    string
-		tracker *Tracker
-	}{
-		{"rescanning", testTracker},
-		// No rescan between the double fork and the look: the grandchild
-		// is only found as an orphan adopted by the subreaper.
-		{"looking only when asked", slowTracker},
-	} {
+	for _, tr := range []struct{ name string }{{"shim"}} {
 		t.Run(tr.name, func(t *testing.T) {
 			p := newPins(t)
 			files := devNullFiles(t)
@@ -865,7 +863,7 @@ func TestProcessGroupScope(t *testing.T) {
 				t.Fatal(err)
 			}
 			p.pin(outsider)
-			scope, err := tr.tracker.NewScope("")
+			scope, err := testPG.NewScope("")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -934,184 +932,19 @@ func TestProcessGroupScope(t *testing.T) {
 
 // waitEscaped waits until pid, started by a subject as "setsid sleep 600",
 // has called setsid and runs sleep, and, for a double-forked one, until its
-// intermediate parent is gone and it belongs to the test process.
+// intermediate parent is gone and it belongs to the subject's shim.
 func waitEscaped(t *testing.T, pid int, orphaned bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		e, ok := statOf(pid)
-		if ok && e.sid == pid && slices.Equal(Argv(pid), []string{"sleep", "600"}) && (!orphaned || e.ppid == os.Getpid()) {
+		if ok && e.sid == pid && slices.Equal(Argv(pid), []string{"sleep", "600"}) && (!orphaned || slices.Equal(Argv(e.ppid), []string{ShimArg0})) {
 			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("process %d (%q, session %d, parent %d) did not escape as expected", pid, Argv(pid), e.sid, e.ppid)
 		}
 		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// A look can come while a subject is being forked: after the fork, before
-// the scope holds the subject (started). What the subject made by then
-// must still be the scope's: here it started a daemon (setsid, its
-// launcher gone at once) before the scope knew it, and another scope's
-// look came in between. Found by CI: such a look took the daemon for
-// nobody's, or for the other scope's, and the settlement of its own
-// scope came out settled while it lived.
-func TestLookWhileSubjectForks(t *testing.T) {
-	p := newPins(t)
-	other, err := slowTracker.NewScope("other")
-	if err != nil {
-		t.Fatal(err)
-	}
-	startSh(t, p, other, "exec sleep 600", Spec{})
-	scope, err := slowTracker.NewScope("forking")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(scope.Close)
-	sys := &syscall.SysProcAttr{}
-	if err := scope.prepare(sys); err != nil {
-		t.Fatal(err)
-	}
-	daemonFile := filepath.Join(t.TempDir(), "daemon")
-	script := `( setsid sh -c 'echo $$ > ` + daemonFile + `; exec sleep 600' & ); exec sleep 600`
-	pid, _, _, err := testReaper.ForkExec("/bin/sh", []string{"sh", "-c", script},
-		&syscall.ProcAttr{Env: shEnv, Files: devNullFiles(t), Sys: sys})
-	if err != nil {
-		scope.(*pgScope).aborted()
-		t.Fatal(err)
-	}
-	p.pinChild(pid)
-	daemon := readPidFile(t, daemonFile)
-	p.pin(daemon)
-	waitEscaped(t, daemon, true)
-	if _, err := other.Members(); err != nil { // a look, while the subject is not yet the scope's
-		t.Fatal(err)
-	}
-	scope.started(pid)
-	m := memberSet(t, scope)
-	if !m[pid] || !m[daemon] {
-		t.Fatalf("Members %v; want the subject %d and its daemon %d", m, pid, daemon)
-	}
-	// The other scope may list it as an orphan either could have made
-	// (unclaimed), not as its own.
-	slowTracker.mu.Lock()
-	_, taken := other.(*pgScope).known[daemon]
-	slowTracker.mu.Unlock()
-	if taken {
-		t.Fatalf("the other scope took the daemon %d for its own", daemon)
-	}
-}
-
-// A look finds adopted orphans in the children of the main thread (and of
-// the threads that forked live subjects). Here the subject is forked by a
-// thread other than the main one, and its double-forked
-// grandchild must still be found (with no rescan between the fork and the
-// look) in the main thread's children and in the scope.
-func TestOrphansComeToMainThread(t *testing.T) {
-	p := newPins(t)
-	scope, err := slowTracker.NewScope("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(scope.Close)
-	t.Cleanup(func() { _ = scope.Signal(syscall.SIGKILL) })
-	out := newBuffer()
-	type started struct {
-		s   *Subject
-		tid int
-		err error
-	}
-	ch := make(chan started)
-	for try := 0; ; try++ {
-		go func() {
-			runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-			tid := unix.Gettid()
-			if tid == os.Getpid() {
-				ch <- started{tid: tid}
-				return
-			}
-			s, err := Start(testReaper, scope, Spec{Path: "/bin/sh", Argv: []string{"sh", "-c", escapeScript},
-				Env: shEnv, Dir: t.TempDir(), Stdout: out})
-			ch <- started{s, tid, err}
-		}()
-		r := <-ch
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		if r.s != nil {
-			p.pinChild(r.s.PID)
-			if e, ok := statOf(r.s.PID); !ok || e.ppid != os.Getpid() {
-				t.Fatalf("subject %d: parent %+v", r.s.PID, e)
-			}
-			break
-		}
-		if try == 100 {
-			t.Skip("no goroutine got a thread other than the main one")
-		}
-	}
-	named := waitNamed(t, p, out, "child", "setsid", "double")
-	waitEscaped(t, named["double"], true)
-	kids, err := taskChildren("/proc", os.Getpid(), 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Contains(kids, named["double"]) {
-		t.Fatalf("the main thread's children %v lack the adopted orphan %d", kids, named["double"])
-	}
-	if m := memberSet(t, scope); !m[named["double"]] {
-		t.Fatalf("Members %v lack the adopted orphan %d", m, named["double"])
-	}
-}
-
-// An escapee that only one scope's subject could have made must not be
-// counted in another scope, or settling that other scope kills it.
-func TestOrphanNotGivenToAnotherScope(t *testing.T) {
-	p := newPins(t)
-	other, err := slowTracker.NewScope("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bystander := startSh(t, p, other, `exec sleep 600`, Spec{})
-	scope, err := slowTracker.NewScope("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := newBuffer()
-	startSh(t, p, scope, `( setsid sleep 600 & echo "double $!" ); exec sleep 600`, Spec{Stdout: out})
-	double := waitNamed(t, p, out, "double")["double"]
-	waitEscaped(t, double, true)
-	// The escapee lost its parent and its session between two looks, while
-	// both scopes were live: either could have made it. It counts for the
-	// evidence of both, unclaimed. Once its own scope is kept for its
-	// survivors (rule 6.1), settling the other scope must not signal it.
-	scope.LeaveAlone()
-	claim := func(s Scope) (member, unclaimed bool) {
-		members, err := s.Members()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range members {
-			if m.PID == double {
-				return true, m.Unclaimed
-			}
-		}
-		return false, false
-	}
-	if in, un := claim(scope); !in {
-		t.Fatalf("the escapee %d is not listed in its own scope (unclaimed %v)", double, un)
-	}
-	if in, un := claim(other); in && !un {
-		t.Fatalf("the escapee %d is a member of the other scope; want at most unclaimed", double)
-	}
-	if err := other.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	if left := p.waitGone(10*time.Second, bystander.PID); len(left) > 0 {
-		t.Fatalf("the bystander %d outlived SIGKILL to its scope", bystander.PID)
-	}
-	if p.gone(double) {
-		t.Fatalf("settling the other scope killed the escapee %d", double)
 	}
 }
 
@@ -1142,7 +975,7 @@ func TestScopeUpdate(t *testing.T) {
 		905: {pid: 905, ppid: 1, sid: 905, start: 1905, state: 'Z', threads: 2}, // main thread gone, another runs
 		906: {pid: 906, ppid: 905, sid: 905, start: 1906, state: 'S'},           // forked by that other thread
 	}
-	s := &pgScope{sid: sid, start: 1000, sids: map[int]uint64{sid: 1, 102: 1}, known: map[int]uint64{
+	s := &lineage{sid: sid, start: 1000, sids: map[int]uint64{sid: 1, 102: 1}, known: map[int]uint64{
 		905: 1905,
 		sid: 1000,
 		200: 1234, // was a member with another start time: a different process now
@@ -1174,7 +1007,7 @@ func TestScopeUpdate(t *testing.T) {
 // before it), so a concurrent settlement could not confirm and destroyed.
 func TestScopeKeepsSessionOfGoneSubject(t *testing.T) {
 	const subject, service = 100, 101
-	s := &pgScope{sid: subject, start: 1000, sids: map[int]uint64{subject: 1}, known: map[int]uint64{subject: 0}}
+	s := &lineage{sid: subject, start: 1000, sids: map[int]uint64{subject: 1}, known: map[int]uint64{subject: 0}}
 	// Look 1: the subject is seen, running.
 	table := map[int]procEntry{subject: {pid: subject, ppid: 1, sid: subject, start: 1000, state: 'S'}}
 	s.update(table, childrenOf(table), 1)
@@ -1223,107 +1056,6 @@ func mapsEqual(a, b map[int]uint64) bool {
 	return true
 }
 
-// attribute on a synthetic process table: pure logic, no processes.
-func TestAttribute(t *testing.T) {
-	const self = 50
-	early := &pgScope{sid: 100, start: 1000, known: map[int]uint64{100: 1000, 120: 1200}, sids: map[int]uint64{100: 1, 120: 1}, live: true}
-	late := &pgScope{sid: 200, start: 3000, known: map[int]uint64{200: 3000, 210: 3100}, sids: map[int]uint64{200: 1}, live: true}
-	tr := &Tracker{self: self, scopes: map[*pgScope]struct{}{early: {}, late: {}}, unclaimed: map[Member][]*pgScope{},
-		seen: map[Member]*pgScope{{PID: 260, Start: 2500}: nil}, foreignSids: map[int]bool{270: true}, seenTick: 2900, seenWhole: true}
-	for _, s := range []*pgScope{early, late} {
-		s.t = tr
-	}
-	table := map[int]procEntry{
-		100: {pid: 100, ppid: self, sid: 100, start: 1000, state: 'S'},
-		120: {pid: 120, ppid: self, sid: 120, start: 1200, state: 'S'}, // a member that made a session of its own
-		200: {pid: 200, ppid: self, sid: 200, start: 3000, state: 'S'},
-		210: {pid: 210, ppid: self, sid: 210, start: 3100, state: 'S'},             // already held by late
-		110: {pid: 110, ppid: self, sid: 110, start: 2950, state: 'S'},             // born between the two scopes, new since the last look
-		130: {pid: 130, ppid: self, sid: 120, start: 3200, state: 'S'},             // in a session early's member made
-		220: {pid: 220, ppid: self, sid: 220, start: 3200, state: 'S'},             // born after both, a session of its own: could be either's
-		221: {pid: 221, ppid: 220, sid: 220, start: 3300, state: 'S'},              // its child
-		230: {pid: 230, ppid: self, sid: 230, start: 3300, state: 'Z', threads: 1}, // a zombie is nobody's
-		231: {pid: 231, ppid: self, sid: 231, start: 3300, state: 'Z', threads: 2}, // a zombie main thread with a live thread
-		240: {pid: 240, ppid: 7, sid: 240, start: 3400, state: 'S'},                // not adopted by us
-		250: {pid: 250, ppid: self, sid: 250, start: 500, state: 'S'},              // older than every scope
-		260: {pid: 260, ppid: self, sid: 260, start: 2500, state: 'S'},             // nobody's at the last look
-		270: {pid: 270, ppid: self, sid: 270, start: 3400, state: 'S'},             // in a session of processes of nobody
-		280: {pid: 280, ppid: self, sid: 280, start: 2800, state: 'S'},             // existed at the last look, unseen: from outside
-	}
-	children := childrenOf(table)
-	tr.attribute(table, children, []*pgScope{early, late})
-	want := func(s *pgScope, name string, pid int, in bool) {
-		t.Helper()
-		if _, ok := s.known[pid]; ok != in {
-			t.Errorf("%s scope %v: member %d is %v; want %v", name, s.known, pid, ok, in)
-		}
-	}
-	want(early, "early", 110, true) // the only scope that began before it
-	want(late, "late", 110, false)
-	want(early, "early", 130, true)
-	want(late, "late", 130, false)
-	want(early, "early", 210, false)
-	for _, pid := range []int{220, 221, 230, 240, 250, 260, 270, 280} {
-		want(early, "early", pid, false)
-		want(late, "late", pid, false)
-	}
-	for _, pid := range []int{220, 221} {
-		from := tr.unclaimed[Member{PID: pid, Start: table[pid].start}]
-		if len(from) != 2 {
-			t.Errorf("unclaimed %d by %d scopes; want both", pid, len(from))
-		}
-	}
-	for m := range tr.unclaimed {
-		if m.PID != 220 && m.PID != 221 && m.PID != 231 {
-			t.Errorf("%d unclaimed; want only 220, 221 and 231", m.PID)
-		}
-	}
-	// A process that existed at the last look unseen came from outside only
-	// if that look saw all of relayd's children: a walk that read them
-	// before a parent exited can miss its orphan.
-	tr.seenWhole = false
-	tr.attribute(table, children, []*pgScope{early, late})
-	if from := tr.unclaimed[Member{PID: 280, Start: 2800}]; len(from) != 1 || from[0] != early {
-		if _, ok := early.known[280]; !ok {
-			t.Errorf("280, unseen by a look that was not whole, is nobody's; want it early's (the only scope begun before it)")
-		}
-	}
-	delete(early.known, 280)
-	tr.seenWhole = true
-
-	// Members lists the unclaimed; while another candidate is kept for its
-	// survivors, they are flagged, and a settlement leaves them out.
-	for _, m := range early.membersLocked() {
-		if m.Unclaimed {
-			t.Errorf("%d flagged while every other candidate runs", m.PID)
-		}
-	}
-	late.left = true
-	var unclaimed []int
-	for _, m := range early.membersLocked() {
-		if m.Unclaimed {
-			unclaimed = append(unclaimed, m.PID)
-		}
-	}
-	slices.Sort(unclaimed)
-	if !slices.Equal(unclaimed, []int{220, 221, 231}) {
-		t.Errorf("early's unclaimed members %v; want [220 221 231]", unclaimed)
-	}
-
-	// Once one of its scopes closes, an unclaimed orphan stays unclaimed by
-	// the other alone.
-	late.Close()
-	if from := tr.unclaimed[Member{PID: 220, Start: 3200}]; len(from) != 1 || from[0] != early {
-		t.Errorf("after late closed, 220 is unclaimed by %v; want early alone", from)
-	}
-	// Gone, it is no longer unclaimed.
-	delete(table, 220)
-	tr.attribute(table, childrenOf(table), []*pgScope{early})
-	if _, ok := tr.unclaimed[Member{PID: 220, Start: 3200}]; ok {
-		t.Errorf("the ended orphan 220 stays unclaimed")
-	}
-}
-
 func TestParseStat(t *testing.T) {
 	rest := " S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000000 200 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0"
 	tests := []struct {
@@ -1367,12 +1099,12 @@ func TestReadStatOddCommandName(t *testing.T) {
 	if err := os.Symlink("/bin/sleep", odd); err != nil {
 		t.Fatal(err)
 	}
-	scope, err := testTracker.NewScope("")
+	scope, err := testPG.NewScope("")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(scope.Close)
-	s, err := Start(testReaper, scope, Spec{Path: odd, Argv: []string{"odd", "600"}, Env: shEnv})
+	s, err := Start(testShims, scope, Spec{Path: odd, Argv: []string{"odd", "600"}, Env: shEnv})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1385,8 +1117,11 @@ func TestReadStatOddCommandName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.pid != s.PID || e.ppid != os.Getpid() || e.sid != s.PID || e.pgrp != s.PID || e.dead() {
-		t.Fatalf("readStat = %+v; want pid %d, parent %d, its own session and group", e, s.PID, os.Getpid())
+	if e.pid != s.PID || !slices.Equal(Argv(e.ppid), []string{ShimArg0}) || e.sid != s.PID || e.pgrp != s.PID || e.dead() {
+		t.Fatalf("readStat = %+v; want pid %d, a shim for parent, its own session and group", e, s.PID)
+	}
+	if e.start != s.Start {
+		t.Fatalf("start %d; the shim reported %d", e.start, s.Start)
 	}
 	if now := nowTicks(); e.start == 0 || e.start > now {
 		t.Fatalf("start %d; want a tick count no later than now (%d)", e.start, now)
@@ -1401,7 +1136,7 @@ func TestReadStatOddCommandName(t *testing.T) {
 func TestArgv(t *testing.T) {
 	p := newPins(t)
 	long := strings.Repeat("x", 3*maxArgvBytes)
-	scope, err := testTracker.NewScope("")
+	scope, err := testPG.NewScope("")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1410,7 +1145,7 @@ func TestArgv(t *testing.T) {
 	defer release()
 	// sh blocks opening the gate, without children, with an empty and a long argument.
 	script := `read x < "$0"`
-	s, err := Start(testReaper, scope, Spec{Path: "/bin/sh", Argv: []string{"sh", "-c", script, gate, "", long}, Env: shEnv})
+	s, err := Start(testShims, scope, Spec{Path: "/bin/sh", Argv: []string{"sh", "-c", script, gate, "", long}, Env: shEnv})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1464,68 +1199,12 @@ func TestStdoutPipeSize(t *testing.T) {
 	}
 }
 
-// active on synthetic runtimes: a scope none of whose processes ran, ended
-// or appeared since the last look cannot have made a new orphan.
-func TestActiveScopes(t *testing.T) {
-	root := t.TempDir()
-	setRan := func(pid int, ns uint64) {
-		dir := filepath.Join(root, strconv.Itoa(pid), "task", strconv.Itoa(pid))
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "schedstat"), []byte(fmt.Sprintf("%d 0 0\n", ns)), 0o644); err != nil {
-			t.Fatal(err)
-		}
+// nowTicks is the current time in the unit of /proc/PID/stat's start time:
+// clock ticks (USER_HZ, 100 on Linux) since boot.
+func nowTicks() uint64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return 0
 	}
-	idle := &pgScope{start: 100, known: map[int]uint64{10: 100}, left: true, live: true, looked: true}
-	busy := &pgScope{start: 200, known: map[int]uint64{20: 200}, live: true, looked: true}
-	grown := &pgScope{start: 300, known: map[int]uint64{30: 300, 31: 310}, live: true, looked: true}
-	tr := &Tracker{procRoot: root, unclaimed: map[Member][]*pgScope{},
-		ran:  map[Member]uint64{{PID: 10, Start: 100}: 5000, {PID: 20, Start: 200}: 7000, {PID: 30, Start: 300}: 9000},
-		seen: map[Member]*pgScope{{PID: 10, Start: 100}: idle, {PID: 20, Start: 200}: busy, {PID: 30, Start: 300}: grown}}
-	setRan(10, 5000) // has not run since
-	setRan(20, 7001) // ran
-	setRan(30, 9000)
-	setRan(31, 1)
-	table := map[int]procEntry{
-		10: {pid: 10, start: 100, state: 'S', threads: 1},
-		20: {pid: 20, start: 200, state: 'S', threads: 1},
-		30: {pid: 30, start: 300, state: 'S', threads: 1},
-		31: {pid: 31, start: 310, state: 'S', threads: 1}, // appeared since
-	}
-	got := tr.active([]*pgScope{idle, busy, grown}, table)
-	if len(got) != 2 || got[0] != busy || got[1] != grown {
-		t.Errorf("active scopes %v; want busy and grown, not idle", got)
-	}
-	// An unclaimed process that ran makes each scope it could belong to active.
-	tr.unclaimed[Member{PID: 40, Start: 400}] = []*pgScope{idle}
-	tr.ran[Member{PID: 40, Start: 400}] = 100
-	setRan(40, 200)
-	table[40] = procEntry{pid: 40, start: 400, state: 'S', threads: 1}
-	if got := tr.active([]*pgScope{idle}, table); len(got) != 1 {
-		t.Errorf("idle scope with a running unclaimed process: active %v; want it", got)
-	}
-	// A member that ended is activity too.
-	delete(tr.unclaimed, Member{PID: 40, Start: 400})
-	tr.seen[Member{PID: 11, Start: 105}] = idle
-	tr.ran[Member{PID: 11, Start: 105}] = 1
-	if got := tr.active([]*pgScope{idle}, table); len(got) != 1 {
-		t.Errorf("idle scope whose member 11 ended: active %v; want it", got)
-	}
-	delete(tr.seen, Member{PID: 11, Start: 105})
-	if got := tr.active([]*pgScope{idle}, table); len(got) != 0 {
-		t.Fatalf("idle scope: active %v; want none", got)
-	}
-	// So is a member the last look saw but could not measure (its start
-	// time was not known when the look began; it may have ended since),
-	// and a scope that began after the last look.
-	tr.seen[Member{PID: 12, Start: 106}] = idle
-	if got := tr.active([]*pgScope{idle}, table); len(got) != 1 {
-		t.Errorf("idle scope with an unmeasured member: active %v; want it", got)
-	}
-	delete(tr.seen, Member{PID: 12, Start: 106})
-	idle.looked = false
-	if got := tr.active([]*pgScope{idle}, table); len(got) != 1 {
-		t.Errorf("a scope that began after the last look: active %v; want it", got)
-	}
+	return uint64(ts.Nano() / int64(time.Second/100))
 }

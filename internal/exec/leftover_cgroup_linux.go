@@ -66,7 +66,7 @@ func CgroupLeftovers(base string) (found []*Leftover, notes []string) {
 				continue
 			}
 			_, kerr := os.Stat(filepath.Join(dir, "cgroup.kill"))
-			sc := &cgScope{c: &Cgroups{hasKill: kerr == nil && !faultNoCgroupKill()}, dir: dir, fd: -1}
+			sc := &cgScope{c: &Cgroups{hasKill: kerr == nil && !faultNoCgroupKill()}, dir: dir}
 			found = append(found, &Leftover{Name: l.Name(), Mechanism: Cgroup, Relayd: pid, Where: dir, scope: sc,
 				finish: func(settled bool) error {
 					if !settled {

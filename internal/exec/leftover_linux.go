@@ -119,7 +119,7 @@ func (st *State) leftoversOf(path string, rec record) []*Leftover {
 	out := make([]*Leftover, 0, len(rec.Scopes))
 	for _, sr := range rec.Scopes {
 		rs := &recordedScope{procRoot: "/proc", self: st.self.pid, subject: sr.SubjectStart,
-			s: pgScope{sid: sr.Session, start: sr.Began, known: make(map[int]uint64, len(sr.Members))}}
+			s: lineage{sid: sr.Session, start: sr.Began, known: make(map[int]uint64, len(sr.Members))}}
 		for _, m := range sr.Members {
 			if m[0] > 1 && m[0] < 1<<31 && m[1] != 0 {
 				rs.s.known[int(m[0])] = m[1]
@@ -132,7 +132,7 @@ func (st *State) leftoversOf(path string, rec record) []*Leftover {
 }
 
 // recordedScope is a process-group scope as its dead relayd recorded it,
-// followed by the live tracker's rules (pgScope.update): the recorded
+// followed by lineage.update: the recorded
 // members that still run with their recorded start time, the processes of
 // the subject's session, and every descendant of a member.
 type recordedScope struct {
@@ -140,8 +140,73 @@ type recordedScope struct {
 	self     int
 	subject  uint64     // the subject's recorded start time; 0 when not known
 	mu       sync.Mutex // a settlement looks and signals from two goroutines
-	looks    uint64     // looks so far, for pgScope.sids
-	s        pgScope
+	looks    uint64     // looks so far, for lineage.sids
+	s        lineage
+}
+
+// lineage is what a successor knows of a recorded scope: the processes it
+// counted as members (pid and start time), the sessions they are in, and a
+// lower bound of the scope's start.
+type lineage struct {
+	sid   int
+	start uint64
+	known map[int]uint64 // members: pid and start time
+	sids  map[int]uint64 // sessions of members, with the look that last saw one
+}
+
+// sidGrace is how many looks a session is remembered after the last one
+// that saw a member in it.
+const sidGrace = 1
+
+// update recomputes the members from one process table of look number
+// look: the members it knew that are still there, the processes of the
+// sessions its members made that began after it, and their descendants.
+func (s *lineage) update(table map[int]procEntry, children map[int][]int, look uint64) {
+	members := make(map[int]uint64, len(s.known))
+	var queue []int
+	add := func(e procEntry) {
+		if e.dead() {
+			return
+		}
+		if _, ok := members[e.pid]; ok {
+			return
+		}
+		members[e.pid] = e.start
+		queue = append(queue, e.pid)
+	}
+	for pid, start := range s.known {
+		if e, ok := table[pid]; ok && (start == 0 || e.start == start) {
+			add(e)
+		}
+	}
+	if len(s.sids) > 0 {
+		for _, e := range table {
+			if _, ok := s.sids[e.sid]; ok && e.start >= s.start {
+				add(e)
+			}
+		}
+	}
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		for _, c := range children[pid] {
+			if e := table[c]; e.start >= members[pid] {
+				add(e)
+			}
+		}
+	}
+	s.known = members
+	if s.sids == nil {
+		s.sids = make(map[int]uint64, 1)
+	}
+	for pid := range members {
+		s.sids[table[pid].sid] = look
+	}
+	for sid, last := range s.sids {
+		if last+sidGrace < look {
+			delete(s.sids, sid)
+		}
+	}
 }
 
 func (r *recordedScope) Members() ([]Member, error) {

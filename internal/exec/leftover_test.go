@@ -98,7 +98,7 @@ func TestLeftoversOnlyOfDeadRelayds(t *testing.T) {
 // the record.
 func TestLeftoverMembers(t *testing.T) {
 	p := newPins(t)
-	scope, err := slowTracker.NewScope("")
+	scope, err := testPG.NewScope("")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,10 +2,12 @@ package exec
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -259,4 +261,26 @@ func Argv(pid int) []string {
 		out[i] = string(p)
 	}
 	return out
+}
+
+// signalMember signals one process only if it is still the one that was
+// seen: the pidfd pins the process, and its start time proves that the pid
+// was not reused in between.
+func signalMember(procRoot string, m Member, sig syscall.Signal) error {
+	fd, err := unix.PidfdOpen(m.PID, 0)
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return nil
+		}
+		return fmt.Errorf("exec.signalMember %d: pidfd_open: %w", m.PID, err)
+	}
+	defer unix.Close(fd)
+	e, err := readStat(procRoot, m.PID, make([]byte, 1024))
+	if err != nil || e.start != m.Start {
+		return nil // ended, or the pid now names another process
+	}
+	if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("exec.signalMember %d: %w", m.PID, err)
+	}
+	return nil
 }

@@ -78,7 +78,7 @@ func (r *Reaper) Sweep() {
 	defer r.mu.Unlock()
 	for {
 		var ws unix.WaitStatus
-		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG|unix.WALL, nil)
 		if err == unix.EINTR {
 			continue
 		}

@@ -3,13 +3,29 @@ package exec
 import (
 	"errors"
 	"syscall"
+
+	"github.com/relayd/relayd/internal/teardown"
 )
+
+// Mechanism is one way of keeping scopes, chosen once at startup
+// (cmd/relayd/scope.go): the process-group mechanism (ProcessGroups) or
+// the cgroup v2 one (Cgroups). Adding a mechanism is a type that
+// implements it, and one case where relayd chooses.
+type Mechanism interface {
+	// Name is the mechanism as replies report it: "process-group" or "cgroup".
+	Name() string
+	// NewScope makes the scope of one execution, named after it. An error
+	// wraps ErrScopeUnavailable: nothing ran.
+	NewScope(name string) (Scope, error)
+	// Release gives back what the mechanism holds (relayd is exiting).
+	Release()
+}
 
 // Scope is the tracked set of processes of one execution: the subject and
 // every descendant it creates, including those that leave its process group
-// or session. Two mechanisms implement it: a process-group scope (a session
-// per subject plus a walk of the process tree, works everywhere) and, where
-// the host allows it, a cgroup scope.
+// or session. Every scope's subject is started by a shim of its own
+// (shim_linux.go), whose subtree is the scope whatever the mechanism; the
+// cgroup mechanism adds its leaf, which the subject is born in.
 type Scope interface {
 	// Mechanism names the mechanism, as reported in replies: "process-group" or "cgroup".
 	Mechanism() string
@@ -22,26 +38,99 @@ type Scope interface {
 	// (protocol rule 6.1): the mechanism frees what it holds once the scope
 	// is empty, and Members reports an empty scope from then on.
 	LeaveAlone()
-	// Close stops tracking. It signals nothing.
+	// Close stops tracking. It signals nothing; a scope that is neither
+	// empty nor left alone (a settlement that was not confirmed) retires
+	// its shim, which goes on settling what it holds by itself.
 	Close()
 
-	// prepare sets up the spawn so that the subject is born inside the scope.
-	prepare(attr *syscall.SysProcAttr) error
-	// started records the subject once it runs.
-	started(pid int)
+	// enter says how the subject is born inside the scope: the cgroup mode
+	// of the shim's start and its descriptors, which the caller closes.
+	enter() (mode int, fds []int, err error)
+	// started binds the scope to the shim run of its subject.
+	started(run *shimRun)
 }
 
-// Member is one live process of a scope. PID and Start (clock ticks since
-// boot) together name it even after the PID is reused.
-type Member struct {
-	PID   int
-	Start uint64
-	// Unclaimed marks a process that came to relayd after the scope began
-	// and that could come from another scope too, one kept for its
-	// survivors (process-group mechanism): it counts for the evidence, and
-	// is listed, but a settlement does not signal it; a destroy does.
-	Unclaimed bool
-}
+// Member is one live process of a scope: teardown's, so that a scope is
+// what a settlement takes.
+type Member = teardown.Member
 
 // ErrScopeUnavailable means a scope could not be set up: nothing ran.
 var ErrScopeUnavailable = errors.New("exec: execution scope unavailable")
+
+// ProcessGroup is the name of the process-group mechanism.
+const ProcessGroup = "process-group"
+
+// ProcessGroups is the mechanism that works everywhere: the scope is the
+// subtree of the execution's shim, and nothing else. Each subject starts in
+// a session of its own (a terminal-less process group). The members, the
+// signals and the evidence are the shim's (shim_linux.go): no look at
+// another execution's processes, no lock shared between executions, so a
+// settlement costs the same whatever else runs.
+type ProcessGroups struct {
+	shims *Shims
+	state *State // where running scopes are recorded, if anywhere
+}
+
+// NewProcessGroups is the process-group mechanism over shims.
+func NewProcessGroups(shims *Shims) *ProcessGroups { return &ProcessGroups{shims: shims} }
+
+func (m *ProcessGroups) Name() string { return ProcessGroup }
+
+func (m *ProcessGroups) NewScope(name string) (Scope, error) {
+	if err := faultScopeSetup(); err != nil {
+		return nil, errors.Join(ErrScopeUnavailable, err)
+	}
+	return &pgScope{m: m, name: name}, nil
+}
+
+func (m *ProcessGroups) Release() {}
+
+// pgScope is one execution's shim subtree.
+type pgScope struct {
+	m    *ProcessGroups
+	name string
+	run  *shimRun
+}
+
+func (s *pgScope) Mechanism() string { return ProcessGroup }
+
+func (s *pgScope) enter() (int, []int, error) { return cgroupNone, nil, nil }
+
+func (s *pgScope) started(run *shimRun) {
+	s.run = run
+	if st := s.m.state; st != nil {
+		st.add(s)
+	}
+}
+
+func (s *pgScope) Members() ([]Member, error) {
+	if s.run == nil {
+		return nil, nil
+	}
+	return s.run.members()
+}
+
+func (s *pgScope) Signal(sig syscall.Signal) error {
+	if s.run == nil {
+		return nil
+	}
+	return s.run.signal(sig)
+}
+
+func (s *pgScope) LeaveAlone() {
+	if s.run != nil {
+		s.run.leaveAlone()
+	}
+	if st := s.m.state; st != nil {
+		st.remove(s)
+	}
+}
+
+func (s *pgScope) Close() {
+	if s.run != nil {
+		s.run.close()
+	}
+	if st := s.m.state; st != nil {
+		st.remove(s)
+	}
+}

@@ -1,7 +1,6 @@
 package exec
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -30,18 +29,29 @@ type Spec struct {
 
 // Subject is a started subject.
 type Subject struct {
-	PID     int
-	Scope   Scope
+	PID   int
+	Scope Scope
+	// Start is the subject's start time (clock ticks since boot): with
+	// PID, its identity.
+	Start   uint64
 	Started time.Time
-	exited  <-chan Status
+	run     *shimRun
 	stdout  *drain
 	stderr  *drain // nil when stderr is /dev/null
 	// stderrCut says whether CutStdout cuts stderr's capture too.
 	stderrCut bool
 }
 
-// Exited receives the subject's status once, when the reaper collects it.
-func (s *Subject) Exited() <-chan Status { return s.exited }
+// Exited receives the subject's status once, when its shim reaps it.
+func (s *Subject) Exited() <-chan Status { return s.run.exited }
+
+// Lost is closed if the subject's shim dies or stops answering before the
+// subject's end was collected: nothing more can be known of it.
+func (s *Subject) Lost() <-chan struct{} { return s.run.lost }
+
+// Sync has the subject's shim collect what has ended: if the subject has
+// exited, Exited holds its status when Sync returns (rule 6.3).
+func (s *Subject) Sync() { s.run.sync() }
 
 // CutStdout ends the stdout capture (and stderr's, when Spec.Stderr was
 // given): every byte delivered so far plus what is already waiting in the
@@ -83,12 +93,13 @@ type SpawnError struct {
 func (e *SpawnError) Error() string { return fmt.Sprintf("exec: %s: %v", e.Stage, e.Err) }
 func (e *SpawnError) Unwrap() error { return e.Err }
 
-// Start starts spec in scope: in a new session, with stdin /dev/null,
-// stdout on a pipe that is drained at once, and stderr on a pipe that is
-// drained into spec.Stderr and spec.StderrCopy, or, when neither is
-// wanted, on /dev/null: the bytes are dropped either way, and a pipe, its drain and
-// its poller registration cost the round trip of every execute.
-func Start(r *Reaper, scope Scope, spec Spec) (*Subject, error) {
+// Start starts spec in scope through a shim of shims: in a new session,
+// with stdin /dev/null, stdout on a pipe that is drained at once, and
+// stderr on a pipe that is drained into spec.Stderr and spec.StderrCopy,
+// or, when neither is wanted, on /dev/null: the bytes are dropped either
+// way, and a pipe, its drain and its poller registration cost the round
+// trip of every execute.
+func Start(shims *Shims, scope Scope, spec Spec) (*Subject, error) {
 	devnull, err := devNull()
 	if err != nil {
 		return nil, &SpawnError{Err: err, Stage: "open /dev/null"}
@@ -103,7 +114,7 @@ func Start(r *Reaper, scope Scope, spec Spec) (*Subject, error) {
 			f.Close()
 		}
 	}
-	stderr := devnull.w
+	stderr := int(devnull.w)
 	var errR, errW *os.File
 	if spec.StderrCopy != nil || spec.Stderr != nil {
 		if errR, errW, err = pipe(0); err != nil {
@@ -111,51 +122,33 @@ func Start(r *Reaper, scope Scope, spec Spec) (*Subject, error) {
 			return nil, &SpawnError{Err: err, Stage: "stderr pipe"}
 		}
 		toClose = append(toClose, errR, errW)
-		stderr = errW.Fd()
+		stderr = int(errW.Fd())
 	}
-	sys := &syscall.SysProcAttr{Credential: spec.Credential}
-	if err := scope.prepare(sys); err != nil {
+	mode, cgFDs, err := scope.enter()
+	if err != nil {
 		closeAll()
 		return nil, &SpawnError{Err: fmt.Errorf("%w: %v", ErrScopeUnavailable, err), Stage: "scope"}
 	}
-	attr := &syscall.ProcAttr{
-		Dir:   spec.Dir,
-		Env:   spec.Env,
-		Files: []uintptr{devnull.r, outW.Fd(), stderr},
-		Sys:   sys,
-	}
-	pid, tid, exited, err := launch(r, scope, spec.Path, spec.Argv, attr)
+	run, pid, start, err := startShimmed(shims, spec, mode, append([]int{int(devnull.r), int(outW.Fd()), stderr}, cgFDs...))
+	closeFDs(cgFDs)
 	outW.Close()
 	if errW != nil {
 		errW.Close()
 	}
 	if err != nil {
-		if a, ok := scope.(interface{ aborted() }); ok {
-			a.aborted()
-		}
 		outR.Close()
 		if errR != nil {
 			errR.Close()
 		}
-		var se *SpawnError
-		if errors.As(err, &se) {
-			return nil, se
-		}
-		return nil, &SpawnError{Err: errors.Unwrap(err), Stage: "exec"}
+		return nil, err
 	}
-	if m, ok := scope.(forkMarker); ok {
-		var st unix.Stat_t
-		if unix.Fstat(int(outR.Fd()), &st) != nil {
-			st.Ino = 0
-		}
-		m.forked(tid, st.Ino)
-	}
-	scope.started(pid)
+	scope.started(run)
 	subj := &Subject{
 		PID:     pid,
 		Scope:   scope,
+		Start:   start,
 		Started: time.Now(),
-		exited:  exited,
+		run:     run,
 		stdout:  newDrain(outR, spec.Stdout, spec.StdoutCopy),
 	}
 	if errR != nil {
@@ -165,12 +158,35 @@ func Start(r *Reaper, scope Scope, spec Spec) (*Subject, error) {
 	return subj, nil
 }
 
-// forkMarker is a scope that wants to know which relayd thread forked its
-// subject (its clone(CLONE_PARENT) children become that thread's) and the
-// subject's stdout pipe, by which it can tell processes that keep it (the
-// process-group mechanism).
-type forkMarker interface {
-	forked(tid int, pipeIno uint64)
+// startShimmed starts spec on a shim with the descriptors fds (stdin,
+// stdout, stderr, then the cgroup's for mode). Its errors are
+// *SpawnError.
+func startShimmed(shims *Shims, spec Spec, mode int, fds []int) (*shimRun, int, uint64, error) {
+	if mode == cgroupClone3 && faultNoClone3() {
+		return nil, 0, 0, &SpawnError{Err: syscall.ENOSYS, Stage: "exec"}
+	}
+	sh, err := shims.get()
+	if err != nil {
+		return nil, 0, 0, &SpawnError{Err: fmt.Errorf("%w: %v", ErrScopeUnavailable, err), Stage: "scope"}
+	}
+	req := shimStart{Path: spec.Path, Argv: spec.Argv, Env: spec.Env, Dir: spec.Dir, Cgroup: mode,
+		Grace: int64(shims.grace), Timeout: int64(shims.timeout)}
+	if c := spec.Credential; c != nil {
+		req.Cred = &shimCred{UID: c.Uid, GID: c.Gid, Groups: c.Groups}
+	}
+	run, rep, err := sh.startOn(req, fds)
+	switch {
+	case err != nil:
+		sh.kill()
+		return nil, 0, 0, &SpawnError{Err: fmt.Errorf("%w: %v", ErrScopeUnavailable, err), Stage: "scope"}
+	case rep.Err != "" && rep.Stage == "exec" && rep.Errno != 0:
+		shims.put(sh)
+		return nil, 0, 0, &SpawnError{Err: syscall.Errno(rep.Errno), Stage: "exec"}
+	case rep.Err != "":
+		shims.put(sh)
+		return nil, 0, 0, &SpawnError{Err: fmt.Errorf("%w: %s", ErrScopeUnavailable, rep.Err), Stage: "scope"}
+	}
+	return run, rep.PID, rep.Start, nil
 }
 
 // nullFDs are /dev/null for reading (every subject's stdin) and for writing

@@ -24,6 +24,13 @@ import (
 // A cgroup scope needs no record: its leaf outlives relayd, and a successor
 // finds it (CgroupLeftovers).
 //
+// Each execution's shim settles its own subtree when relayd dies, so a
+// record adds something only when the shim died too (both were SIGKILLed,
+// or the OOM killer took both): the successor then settles the recorded
+// subject's session and every descendant of its recorded members, as far as
+// /proc shows them (a process that left the session and whose ancestors
+// are gone is beyond it).
+//
 // Each relayd writes one file, named after its pid and start time so that
 // relayds sharing a directory never collide:
 //
@@ -31,12 +38,13 @@ import (
 //	                             its name, session and members (pid and start time)
 //	DIR/.relayd-PID-START.json.tmp  the next record, renamed over it when complete
 //
-// A scope enters the record once it has lived through one recording
-// interval (a short execution never costs a write), its members follow at
-// most once per interval and only when they changed, and it leaves the
-// record at once when it is settled, closed, or left alone (rule 6.1: the
-// survivors of an exited subject are no successor's to settle). When no
-// scope is recorded the file is removed.
+// A scope enters the record at the first recording interval it lives
+// through (a short execution never costs a write), and leaves the record
+// at once when it is settled, closed, or left alone (rule 6.1: the
+// survivors of an exited subject are no successor's to settle). Its record
+// names the subject by pid and start time, both from its shim, which read
+// them before the subject could have been reaped: a pid reused since never
+// matches. When no scope is recorded the file is removed.
 type State struct {
 	dir   string
 	self  relaydID
@@ -44,6 +52,7 @@ type State struct {
 	pidNS string // /proc/self/ns/pid: pids mean something in this namespace only
 
 	mu       sync.Mutex
+	running  map[*pgScope]bool // the scopes to record
 	last     []byte            // the record as last written; nil when there is no file
 	recorded map[*pgScope]bool // the scopes in it
 	failing  bool              // the last write failed; OnError has been told
@@ -104,7 +113,7 @@ func OpenState(dir string) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &State{dir: abs, recorded: make(map[*pgScope]bool)}
+	st := &State{dir: abs, recorded: make(map[*pgScope]bool), running: make(map[*pgScope]bool)}
 	if err := checkStateDir(abs); err != nil {
 		return nil, err
 	}
@@ -162,10 +171,10 @@ func (st *State) Dir() string { return st.dir }
 // Path is the file of this relayd's record.
 func (st *State) Path() string { return filepath.Join(st.dir, st.self.fileName()) }
 
-// Record makes the tracker record its running scopes in st: at most once
-// per every, and only when something changed, until ctx ends.
-func (t *Tracker) Record(ctx context.Context, st *State, every time.Duration) {
-	t.state.Store(st)
+// Record makes m record its running scopes in st: at most once per every,
+// and only when something changed, until ctx ends.
+func (m *ProcessGroups) Record(ctx context.Context, st *State, every time.Duration) {
+	m.state = st
 	go func() {
 		tick := time.NewTicker(every)
 		defer tick.Stop()
@@ -175,37 +184,35 @@ func (t *Tracker) Record(ctx context.Context, st *State, every time.Duration) {
 				return
 			case <-tick.C:
 			}
-			st.save(t, nil)
+			st.save(nil)
 		}
 	}()
 }
 
-// leaveAlone takes the scope of an exited subject out of the record: its
-// survivors are left alone (rule 6.1), by a successor too.
-func (t *Tracker) leaveAlone(s *pgScope) {
-	t.mu.Lock()
-	s.left = true
-	t.mu.Unlock()
-	t.unrecord(s)
+func (st *State) add(s *pgScope) {
+	st.mu.Lock()
+	st.running[s] = true
+	st.mu.Unlock()
 }
 
-// unrecord rewrites the record at once if it holds s, which has been left
-// alone or closed.
-func (t *Tracker) unrecord(s *pgScope) {
-	if st := t.state.Load(); st != nil {
-		st.save(t, s)
-	}
+// remove takes a scope out of the running ones, and rewrites the record at
+// once if it holds it.
+func (st *State) remove(s *pgScope) {
+	st.mu.Lock()
+	delete(st.running, s)
+	st.mu.Unlock()
+	st.save(s)
 }
 
-// save writes the record of t's running scopes if it changed; with gone
+// save writes the record of the running scopes if it changed; with gone
 // set, only if gone is in the record (it has just left the running scopes).
-func (st *State) save(t *Tracker, gone *pgScope) {
+func (st *State) save(gone *pgScope) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if gone != nil && !st.recorded[gone] {
 		return
 	}
-	rec, scopes := st.snapshot(t)
+	rec, scopes := st.snapshot()
 	var b []byte
 	if len(rec.Scopes) > 0 {
 		var err error
@@ -237,47 +244,23 @@ func (st *State) fail(err error) {
 	st.failing = true
 }
 
-// snapshot copies what the last look found of every running scope that
-// has been looked at: a scope left alone, or whose subject has not been
-// seen yet, is not recorded.
-func (st *State) snapshot(t *Tracker) (record, []*pgScope) {
+// snapshot records each running scope by its subject: its pid (its
+// session), and its start time.
+func (st *State) snapshot() (record, []*pgScope) {
 	rec := record{Version: recordVersion, PID: st.self.pid, Start: st.self.start, BootID: st.boot, PIDNamespace: st.pidNS}
 	var scopes []*pgScope
-	t.mu.Lock()
-	for s := range t.scopes {
-		if !s.live || s.left || s.sid <= 0 {
+	for s := range st.running {
+		if s.run == nil || s.run.pid <= 0 || s.run.start == 0 {
 			continue
 		}
-		sr := scopeRecord{Name: s.name, Session: s.sid, SubjectStart: s.known[s.sid], Began: s.start}
-		for pid, start := range s.known {
-			if start != 0 {
-				sr.Members = append(sr.Members, [2]uint64{uint64(pid), start})
-			}
-		}
-		if len(sr.Members) == 0 {
-			continue
-		}
-		rec.Scopes = append(rec.Scopes, sr)
+		rec.Scopes = append(rec.Scopes, scopeRecord{Name: s.name, Session: s.run.pid, SubjectStart: s.run.start,
+			Began: s.run.start, Members: [][2]uint64{{uint64(s.run.pid), s.run.start}}})
 		scopes = append(scopes, s)
+		if len(rec.Scopes) >= maxRecordedTotal {
+			break
+		}
 	}
-	t.mu.Unlock()
 	slices.SortFunc(rec.Scopes, func(a, b scopeRecord) int { return strings.Compare(a.Name, b.Name) })
-	total := 0
-	for i := range rec.Scopes {
-		sr := &rec.Scopes[i]
-		// Oldest first: the roots of the scope's trees, whose descendants a
-		// successor finds by walking down from them.
-		slices.SortFunc(sr.Members, func(a, b [2]uint64) int {
-			if a[1] != b[1] {
-				return cmpU(a[1], b[1])
-			}
-			return cmpU(a[0], b[0])
-		})
-		keep := min(len(sr.Members), maxRecordedMembers, max(maxRecordedTotal-total, 0))
-		sr.Omitted = len(sr.Members) - keep
-		sr.Members = sr.Members[:keep]
-		total += keep
-	}
 	return rec, scopes
 }
 

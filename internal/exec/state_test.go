@@ -12,8 +12,8 @@ import (
 )
 
 // A running process-group scope is recorded in the state directory (rule
-// 6.10): relayd's pid and start time, and per scope its name, session and
-// members with their start times. The directory is created, mode 0700, by
+// 6.10): relayd's pid and start time, and per scope its name, and its
+// subject's session, pid and start time, as the shim read them. The directory is created, mode 0700, by
 // the first record; the record is mode 0600. A record is not rewritten
 // while nothing changes, and it goes at once when the scope is left alone
 // (rule 6.1: its survivors are no successor's to settle) or closed.
@@ -23,7 +23,7 @@ func TestStateRecordsRunningScopes(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			const every = 20 * time.Millisecond
-			tr := NewTracker(ctx, testReaper, 10*time.Millisecond)
+			tr := NewProcessGroups(testShims)
 			dir := filepath.Join(t.TempDir(), "state")
 			st, err := OpenState(dir)
 			if err != nil {
@@ -40,27 +40,20 @@ func TestStateRecordsRunningScopes(t *testing.T) {
 			p := newPins(t)
 			out := newBuffer()
 			s := startSh(t, p, scope, "setsid sleep 600 & echo setsid $!; exec sleep 600", Spec{Stdout: out})
-			escapee := waitNamed(t, p, out, "setsid")["setsid"]
+			waitNamed(t, p, out, "setsid")
 
-			rec := waitRecord(t, st.Path(), func(r record) bool { return len(r.Scopes) == 1 && len(r.Scopes[0].Members) == 2 })
+			rec := waitRecord(t, st.Path(), func(r record) bool { return len(r.Scopes) == 1 })
 			self, _ := statOf(os.Getpid())
 			if rec.Version != 1 || rec.PID != os.Getpid() || rec.Start != self.start || rec.BootID == "" || rec.PIDNamespace == "" {
 				t.Errorf("record %+v; want version 1, pid %d, start %d, a boot id and a PID namespace", rec, os.Getpid(), self.start)
 			}
 			sr := rec.Scopes[0]
 			subject, _ := statOf(s.PID)
-			esc, _ := statOf(escapee)
-			if sr.Name != "x-7" || sr.Session != s.PID || sr.SubjectStart != subject.start || sr.Began == 0 || sr.Began > subject.start {
-				t.Errorf("scope %+v; want name x-7, session %d, subject start %d, began at most that", sr, s.PID, subject.start)
+			if sr.Name != "x-7" || sr.Session != s.PID || sr.SubjectStart != subject.start || sr.SubjectStart == 0 || sr.Began != subject.start {
+				t.Errorf("scope %+v; want name x-7, session %d, subject start %d", sr, s.PID, subject.start)
 			}
-			for _, m := range [][2]uint64{{uint64(s.PID), subject.start}, {uint64(escapee), esc.start}} {
-				found := false
-				for _, r := range sr.Members {
-					found = found || r == m
-				}
-				if !found {
-					t.Errorf("members %v; want %v among them", sr.Members, m)
-				}
+			if want := [][2]uint64{{uint64(s.PID), subject.start}}; len(sr.Members) != 1 || sr.Members[0] != want[0] {
+				t.Errorf("members %v; want the subject %v", sr.Members, want)
 			}
 			if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
 				t.Errorf("state directory: %v, %v; want mode 0700", fi.Mode(), err)
@@ -103,7 +96,7 @@ func TestStateRecordsRunningScopes(t *testing.T) {
 func TestStateShortScopeNotRecorded(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	tr := NewTracker(ctx, testReaper, 10*time.Millisecond)
+	tr := NewProcessGroups(testShims)
 	dir := filepath.Join(t.TempDir(), "state")
 	st, err := OpenState(dir)
 	if err != nil {
@@ -120,48 +113,6 @@ func TestStateShortScopeNotRecorded(t *testing.T) {
 	scope.Close()
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatalf("a scope that lived less than a recording interval made %s (stat: %v)", dir, err)
-	}
-}
-
-// A record is bounded (rule 6.11): at most maxRecordedMembers members per
-// scope, the oldest, and maxRecordedTotal in all; the rest are counted.
-func TestStateRecordBounded(t *testing.T) {
-	tr := &Tracker{scopes: map[*pgScope]struct{}{}}
-	for i := 0; i < 12; i++ {
-		s := &pgScope{t: tr, name: "x-" + string(rune('a'+i)), sid: 100, start: 1, live: true, known: map[int]uint64{}}
-		for pid := 1000; pid < 2500; pid++ {
-			s.known[pid] = uint64(5000 - pid) // younger as the pid grows
-		}
-		tr.scopes[s] = struct{}{}
-	}
-	// Neither one left alone nor one not yet looked at is recorded.
-	tr.scopes[&pgScope{t: tr, name: "left", sid: 7, live: true, left: true, known: map[int]uint64{7: 9}}] = struct{}{}
-	tr.scopes[&pgScope{t: tr, name: "new", sid: 8, live: true, known: map[int]uint64{8: 0}}] = struct{}{}
-	st := &State{recorded: map[*pgScope]bool{}}
-	rec, scopes := st.snapshot(tr)
-	if len(rec.Scopes) != 12 || len(scopes) != 12 {
-		t.Fatalf("%d scopes recorded; want the 12 running ones", len(rec.Scopes))
-	}
-	total := 0
-	for i, sr := range rec.Scopes {
-		want := maxRecordedMembers // the first ten fill maxRecordedTotal
-		if i >= 10 {
-			want = 0
-		}
-		if len(sr.Members) != want || sr.Omitted != 1500-want {
-			t.Errorf("scope %s: %d members, %d omitted; want %d and %d", sr.Name, len(sr.Members), sr.Omitted, want, 1500-want)
-		}
-		if len(sr.Members) > 0 && sr.Members[0] != [2]uint64{2499, 5000 - 2499} {
-			t.Errorf("scope %s: first member %v; want the oldest, [2499 2501]", sr.Name, sr.Members[0])
-		}
-		total += len(sr.Members)
-	}
-	if total != maxRecordedTotal {
-		t.Errorf("%d members in all; want %d", total, maxRecordedTotal)
-	}
-	b, _ := json.Marshal(rec)
-	if len(b) > 40*maxRecordedTotal {
-		t.Errorf("a full record is %d bytes; want about 20 a member", len(b))
 	}
 }
 

@@ -26,13 +26,14 @@ func BenchmarkExecuteTrue(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-			newScope := exec.NewTracker(ctx, testReaper, 50*time.Millisecond).NewScope
+			testShims.Warm()
+			newScope := exec.NewProcessGroups(testShims).NewScope
 			if mech == exec.Cgroup {
 				cg, err := env.FindCgroup2("")
 				if err != nil {
 					b.Skip(err)
 				}
-				c, err := exec.NewCgroups(ctx, testReaper, cg.Base, cg.Base)
+				c, err := exec.NewCgroups(ctx, testShims, cg.Base, cg.Base)
 				if err != nil {
 					b.Skip(err)
 				}
@@ -43,7 +44,7 @@ func BenchmarkExecuteTrue(b *testing.B) {
 				Token: []byte(testToken), Workspace: b.TempDir(), Version: "bench",
 				TermGrace: time.Second, TeardownTimeout: 3 * time.Second, WriteTimeout: 5 * time.Second,
 				MaxLineBytes: 1 << 20, MaxStdoutBytes: 1 << 20, BaseEnv: env.Base(os.Environ()),
-				Reaper: testReaper, NewScope: newScope, Mechanism: mech, Log: zerolog.Nop(),
+				Shims: testShims, NewScope: newScope, Mechanism: mech, Log: zerolog.Nop(),
 			})
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {

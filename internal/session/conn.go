@@ -371,10 +371,9 @@ func (cn *conn) answerVerifies() string {
 // the rest, and stops tracking scopes that are empty.
 func (cn *conn) survivors() ([]protocol.Survivor, int) {
 	var all []exec.Member
-	looks, errs := exec.MembersOf(cn.kept) // one look for all, not one each
 	kept := cn.kept[:0]
-	for i, sc := range cn.kept {
-		members, err := looks[i], errs[i]
+	for _, sc := range cn.kept {
+		members, err := sc.Members() // each scope's own look: its shim's, or its leaf's
 		if err != nil {
 			kept = append(kept, sc)
 			continue

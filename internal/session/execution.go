@@ -308,7 +308,7 @@ func (s *Server) start(ex *execution, out *output, res *protocol.Executed) (*exe
 		spec.StdoutCopy = s.openArtifact(ex, "stdout")
 		spec.StderrCopy = s.openArtifact(ex, "stderr")
 	}
-	subj, err := exec.Start(s.cfg.Reaper, scope, spec)
+	subj, err := exec.Start(s.cfg.Shims, scope, spec)
 	if err != nil {
 		closeAll(spec.StdoutCopy, spec.StderrCopy)
 		scope.Close()
@@ -338,9 +338,11 @@ func (s *Server) awaitEnd(ex *execution, subj *exec.Subject) (st exec.Status, ex
 	case <-deadline:
 		reason = "timeoutMs"
 	case reason = <-ex.stopCh:
+	case <-subj.Lost():
+		reason = "shim lost"
 	}
 	// Collect a status that is waiting before deciding.
-	s.cfg.Reaper.Sweep()
+	subj.Sync()
 	select {
 	case st = <-subj.Exited():
 		return st, true, ""

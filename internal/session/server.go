@@ -46,12 +46,12 @@ type Config struct {
 	MaxConnections  int           // listen mode: connections served at once
 	MaxLineBytes    int
 	MaxStdoutBytes  int
-	MaxStderrBytes  int                 // stderr returned with captureStderr (section 4.5)
-	ArtifactsDir    string              // "" for none
-	ArtifactLimit   int64               // bytes per stream and execution (--max-artifact-bytes); 0: DefaultArtifactLimit
-	SubjectUser     *syscall.Credential // subjects run as this user; nil: as relayd
-	BaseEnv         []string            // relayd's environment less RELAYD_*
-	Reaper          *exec.Reaper
+	MaxStderrBytes  int                                   // stderr returned with captureStderr (section 4.5)
+	ArtifactsDir    string                                // "" for none
+	ArtifactLimit   int64                                 // bytes per stream and execution (--max-artifact-bytes); 0: DefaultArtifactLimit
+	SubjectUser     *syscall.Credential                   // subjects run as this user; nil: as relayd
+	BaseEnv         []string                              // relayd's environment less RELAYD_*
+	Shims           *exec.Shims                           // start every subject (exec.Start)
 	NewScope        func(name string) (exec.Scope, error) // name: the execution id
 	Mechanism       string
 	Destroy         teardown.DestroyOptions // the fallback when a settlement lacks evidence

@@ -20,14 +20,20 @@ import (
 	"github.com/relayd/relayd/internal/testharness"
 )
 
-// The one reaper of this test binary. It waits for every child of the
-// process, so nothing here uses os/exec.
-var testReaper *exec.Reaper
+// The one reaper of this test binary, and its shims. The reaper waits
+// for every child of the process, so nothing here uses os/exec.
+var (
+	testReaper *exec.Reaper
+	testShims  *exec.Shims
+)
 
 func TestMain(m *testing.M) {
+	exec.ShimMain() // the test binary is its own subjects' shim
 	ctx, cancel := context.WithCancel(context.Background())
 	testReaper = exec.NewReaper(ctx)
+	testShims = exec.NewShims(ctx, testReaper, "", time.Second, 3*time.Second)
 	code := m.Run()
+	testShims.Close()
 	cancel()
 	os.Exit(code)
 }
@@ -60,7 +66,7 @@ func startServer(t *testing.T, workspace, artifacts string) *server {
 		MaxStdoutBytes:  1 << 20,
 		ArtifactsDir:    artifacts,
 		BaseEnv:         env.Base(os.Environ()),
-		Reaper:          testReaper,
+		Shims:           testShims,
 		NewScope: func(string) (exec.Scope, error) {
 			s.scopes.Add(1)
 			return nil, errNoScope

@@ -23,24 +23,13 @@ type DestroyOptions struct {
 	KillingNamespace func(at time.Time)
 }
 
-// allSignaller is a scope with processes that count for its evidence but
-// that a settlement does not signal (the process-group mechanism's
-// unclaimed orphans): a destroy signals them too.
-type allSignaller interface {
-	SignalAll(sig syscall.Signal) error
-}
-
 // Destroy is the fallback when a settlement could not be confirmed: SIGKILL
 // every process the scope can see; as PID 1 of a PID namespace, SIGKILL every
 // other process of it; run the destroy command; then look for evidence that
 // the scope is empty until deadline. It reports whether that evidence came.
 func Destroy(scope Scope, opts DestroyOptions, deadline time.Time) (confirmed bool, err error) {
 	var errs []error
-	signal := scope.Signal
-	if all, ok := scope.(allSignaller); ok {
-		signal = all.SignalAll // the unclaimed orphans that could be the scope's too
-	}
-	if err := signal(syscall.SIGKILL); err != nil {
+	if err := scope.Signal(syscall.SIGKILL); err != nil {
 		errs = append(errs, err)
 	}
 	if opts.KillNamespace && unix.Getpid() == 1 {

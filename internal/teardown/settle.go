@@ -12,14 +12,19 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/relayd/relayd/internal/exec"
 )
+
+// Member is one live process of a scope. PID and Start (clock ticks since
+// boot) together name it even after the PID is reused.
+type Member struct {
+	PID   int
+	Start uint64
+}
 
 // Scope is what settling needs of a scope (internal/exec implements it):
 // a complete look at its members, and a signal to each of them.
 type Scope interface {
-	Members() ([]exec.Member, error)
+	Members() ([]Member, error)
 	Signal(sig syscall.Signal) error
 }
 
@@ -31,7 +36,7 @@ type Outcome struct {
 	// Killed is true when SIGKILL was needed after the grace period.
 	Killed bool
 	// Remaining are the members seen at the last complete look when not confirmed.
-	Remaining []exec.Member
+	Remaining []Member
 	// Err is the last failure to look at or signal the scope, if any.
 	Err     error
 	Elapsed time.Duration
@@ -54,7 +59,7 @@ const (
 // without looking again (the process-group mechanism, where a look reads
 // /proc for every member). A scope without it is signalled whole.
 type memberSignaller interface {
-	SignalMembers(members []exec.Member, sig syscall.Signal) error
+	SignalMembers(members []Member, sig syscall.Signal) error
 }
 
 // Result is the whole story of stopping a scope, as a reply tells it.
@@ -225,15 +230,15 @@ func Settle(ctx context.Context, scope Scope, opts Options) Outcome {
 type settling struct {
 	scope   Scope
 	mu      sync.Mutex
-	out     Outcome       // Killed, Err and Remaining; the rest is filled in at the end
-	seen    []exec.Member // what the last look found; nil when it found nothing or failed
-	looked  bool          // a look after SIGTERM has been made and the settlement goes on
-	nonzero bool          // the last look found members, or failed
+	out     Outcome  // Killed, Err and Remaining; the rest is filled in at the end
+	seen    []Member // what the last look found; nil when it found nothing or failed
+	looked  bool     // a look after SIGTERM has been made and the settlement goes on
+	nonzero bool     // the last look found members, or failed
 }
 
 // note records a look of the settlement loop, which arms the killer: its
 // members, and whether it found the scope alive (members, or a failed look).
-func (st *settling) note(members []exec.Member, alive bool) {
+func (st *settling) note(members []Member, alive bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.seen = nil
@@ -255,7 +260,7 @@ func (st *settling) fail(err error) {
 
 // kill sends SIGKILL to members, or to the whole scope when members is nil
 // or the scope cannot signal members one by one.
-func (st *settling) kill(members []exec.Member) {
+func (st *settling) kill(members []Member) {
 	st.mu.Lock()
 	st.out.Killed = true
 	st.mu.Unlock()

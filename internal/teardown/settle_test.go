@@ -26,10 +26,12 @@ import (
 // exec.Start only.
 var (
 	reaper  *exec.Reaper
-	tracker *exec.Tracker
+	shims   *exec.Shims
+	tracker *exec.ProcessGroups
 )
 
 func TestMain(m *testing.M) {
+	exec.ShimMain() // the test binary is its own subjects' shim
 	// Like relayd, the test process is a child subreaper: double-forked
 	// escapees of a subject are reparented to it, where the tracker sees
 	// them, and where the leak check below finds what a test left behind.
@@ -39,8 +41,11 @@ func TestMain(m *testing.M) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	reaper = exec.NewReaper(ctx)
-	tracker = exec.NewTracker(ctx, reaper, 10*time.Millisecond)
-	code := testharness.LeakCheck("teardown tests", m.Run())
+	shims = exec.NewShims(ctx, reaper, "", 2*time.Second, 10*time.Second)
+	tracker = exec.NewProcessGroups(shims)
+	code := m.Run()
+	shims.Close()
+	code = testharness.LeakCheck("teardown tests", code)
 	cancel()
 	os.Exit(code)
 }
@@ -99,7 +104,7 @@ func startScript(t *testing.T, script string) *subject {
 	}
 	s := &subject{t: t, scope: scope, out: &syncBuffer{}, fds: map[int]int{}, named: map[string][]int{}}
 	t.Cleanup(s.cleanup)
-	subj, err := exec.Start(reaper, scope, exec.Spec{
+	subj, err := exec.Start(shims, scope, exec.Spec{
 		Path: "/bin/sh", Argv: []string{"sh", "-c", script}, Env: []string{"PATH=/usr/bin:/bin"},
 		Dir: t.TempDir(), Stdout: s.out,
 	})
@@ -323,12 +328,12 @@ exec sleep 600`)
 				t.Fatalf("escapees not reported: stdout %q", s.out.String())
 			}
 			// Both have left: each runs sleep in a session of its own, and
-			// the double-forked one has the test process for its parent.
+			// the double-forked one has the subject's shim for its parent.
 			for _, pid := range []int{setsid[0], double[0]} {
 				waitEscaped(t, pid)
 			}
-			if st, ok := stat(double[0]); !ok || st.ppid != os.Getpid() {
-				t.Fatalf("double-forked %d has parent %d; want the test process (subreaper)", double[0], st.ppid)
+			if st, ok := stat(double[0]); !ok || cmdline(st.ppid) != exec.ShimArg0 {
+				t.Fatalf("double-forked %d has parent %d (%q); want the shim (subreaper)", double[0], st.ppid, cmdline(st.ppid))
 			}
 			m := s.members()
 			for _, pid := range []int{s.subj.PID, setsid[0], double[0]} {

@@ -1,0 +1,433 @@
+package exec
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"os/signal"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/relayd/relayd/internal/teardown"
+)
+
+// The shim: one supervisor per execution, relayd's own binary re-executed
+// (argv[0] ShimArg0), in the manner of containerd's shim per container.
+//
+// A shim is a child subreaper. It forks and execs the subject, so every
+// orphan of the subject's subtree comes to the shim and to nothing else,
+// whatever the subtree does to hide (setsid, double forks,
+// clone(CLONE_PARENT), which makes a child of the shim, a subject that makes
+// itself a subreaper, which only keeps its orphans inside the subtree, new
+// PID namespaces). Membership is the kernel's own parentage: the members
+// are the shim's descendants, and when the subject has been reaped and wait
+// says there is no child left (ECHILD, with __WALL, so that a child whose
+// exit signal is not SIGCHLD counts too), the subtree is empty. That is the
+// evidence; no look at another execution's processes enters it, and no
+// lock is shared with another execution.
+//
+// It runs as relayd's user, is not dumpable (so a process of the same uid
+// cannot ptrace it, read its memory or take its descriptors without
+// CAP_SYS_PTRACE), catches the signals a subject could send it (SIGKILL and
+// SIGSTOP excepted), holds only its socket to relayd between executions,
+// and closes the descriptors of an execution as soon as the subject has
+// them. When its socket to relayd ends (relayd died, or retired it) while
+// a subject runs, it settles its own subtree (teardown.Settle, with the
+// budget relayd gave it) and exits; a subtree left alone (rule 6.1) it
+// leaves alone.
+//
+// A shim whose subtree is empty takes the next execution: shims are
+// started off the critical path and reused (Shims).
+
+// ShimArg0 is argv[0] of relayd re-executed as a shim.
+const ShimArg0 = "relayd-shim"
+
+// shimSockFD is the shim's descriptor of its socket to relayd.
+const shimSockFD = 3
+
+func isShim() bool { return len(os.Args) > 0 && os.Args[0] == ShimArg0 }
+
+func init() {
+	if isShim() {
+		// main runs on the main thread, which forks every subject: the
+		// thread whose children clone(CLONE_PARENT) makes become.
+		runtime.LockOSThread()
+	}
+}
+
+// ShimMain runs the shim, and exits, when this process was started as one;
+// otherwise it returns at once. relayd's main calls it before anything else.
+func ShimMain() {
+	if !isShim() {
+		return
+	}
+	os.Exit(runShim())
+}
+
+type shimProc struct {
+	self int
+	conn *net.UnixConn
+	wmu  sync.Mutex
+
+	// mu is held while forking and while reaping, so that the subject is
+	// known before its end can be collected.
+	mu      sync.Mutex
+	busy    bool // an execution holds the shim: from its start until its subtree is empty
+	subject int  // the subject's pid while it runs; 0 once reaped
+	left    bool // the subject exited and relayd left what remains alone
+	grace   time.Duration
+	timeout time.Duration
+	kick    chan struct{}
+}
+
+// shimSignals are the signals a subject of relayd's user could send its
+// shim to end or stop it: caught and dropped. Caught, not ignored: an
+// ignored disposition would be inherited by the subject.
+var shimSignals = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
+	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGTSTP,
+	syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGXCPU,
+	syscall.SIGXFSZ, syscall.SIGWINCH, syscall.SIGIO}
+
+func runShim() int {
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return 3 // relayd sees no hello and does not use this shim
+	}
+	sink := make(chan os.Signal, 16)
+	signal.Notify(sink, shimSignals...)
+	go func() {
+		for range sink {
+		}
+	}()
+	f := os.NewFile(shimSockFD, "relayd")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		return 3
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return 3
+	}
+	p := &shimProc{self: os.Getpid(), conn: uc, kick: make(chan struct{}, 1)}
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
+	go p.reap(chld)
+	p.send(frHello, struct{ PID int }{p.self})
+	r := newFrameReader(uc, true)
+	for {
+		kind, body, fds, err := r.read()
+		if err != nil {
+			return p.relaydGone()
+		}
+		switch kind {
+		case frStart:
+			p.start(body, fds)
+		case frMembers:
+			closeFDs(fds)
+			p.members(body)
+		case frSignal:
+			closeFDs(fds)
+			p.signal(body)
+		case frSync:
+			closeFDs(fds)
+			var req shimReq
+			_ = json.Unmarshal(body, &req)
+			p.mu.Lock()
+			p.sweepLocked()
+			p.reply(shimReply{Seq: req.Seq})
+			p.mu.Unlock()
+		case frLeave:
+			closeFDs(fds)
+			p.mu.Lock()
+			if p.busy {
+				p.left = true
+			}
+			p.mu.Unlock()
+		default:
+			closeFDs(fds)
+		}
+	}
+}
+
+// reap collects ended children on SIGCHLD, and, while an execution holds
+// the shim, on a backing-off tick too: a child made with an exit signal
+// other than SIGCHLD sends none.
+func (p *shimProc) reap(chld <-chan os.Signal) {
+	const floor, ceil = time.Second, 30 * time.Second
+	wait := floor
+	t := time.NewTimer(wait)
+	for {
+		select {
+		case <-chld:
+			wait = floor
+		case <-p.kick:
+			wait = floor
+		case <-t.C:
+			wait = min(2*wait, ceil)
+		}
+		p.mu.Lock()
+		p.sweepLocked()
+		busy := p.busy
+		p.mu.Unlock()
+		if busy {
+			t.Reset(wait)
+		} else {
+			t.Reset(ceil)
+		}
+	}
+}
+
+func (p *shimProc) send(kind byte, v any) {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	_ = writeFrame(p.conn, kind, v, nil)
+}
+
+func (p *shimProc) reply(r shimReply) { p.send(frReply, r) }
+
+// sweepLocked reaps every ended child; the subject's end is reported, and
+// once the subject is gone and no child is left, the subtree is empty and
+// the shim is free.
+func (p *shimProc) sweepLocked() {
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG|unix.WALL, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.ECHILD {
+			if p.busy && p.subject == 0 {
+				p.busy, p.left = false, false
+				p.send(frEmpty, struct{}{})
+			}
+			return
+		}
+		if err != nil || pid <= 0 {
+			return
+		}
+		if !ws.Exited() && !ws.Signaled() {
+			continue
+		}
+		if p.busy && pid == p.subject {
+			p.subject = 0
+			p.send(frExited, shimExit{PID: pid, Exited: ws.Exited(), Code: ws.ExitStatus(), Signal: int(ws.Signal())})
+		}
+	}
+}
+
+// start forks and execs the subject: in a new session, with the requested
+// credentials, inside its cgroup leaf when there is one. It replies with
+// the subject's pid and start time, or with why nothing ran.
+func (p *shimProc) start(body []byte, fds []int) {
+	defer closeFDs(fds)
+	var req shimStart
+	if err := json.Unmarshal(body, &req); err != nil || len(fds) != req.FDs || len(fds) < 3 {
+		p.reply(shimReply{Seq: req.Seq, Err: "malformed start request", Stage: "scope"})
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.busy {
+		p.reply(shimReply{Seq: req.Seq, Err: "the shim is busy", Stage: "scope"})
+		return
+	}
+	sys := &syscall.SysProcAttr{Setsid: true}
+	if req.Cred != nil {
+		sys.Credential = &syscall.Credential{Uid: req.Cred.UID, Gid: req.Cred.GID, Groups: req.Cred.Groups}
+	}
+	back := -1
+	switch req.Cgroup {
+	case cgroupClone3:
+		if len(fds) < 4 {
+			p.reply(shimReply{Seq: req.Seq, Err: "no cgroup leaf", Stage: "scope"})
+			return
+		}
+		sys.UseCgroupFD, sys.CgroupFD = true, fds[3]
+	case cgroupMigrate:
+		if len(fds) < 5 {
+			p.reply(shimReply{Seq: req.Seq, Err: "no cgroup leaf", Stage: "scope"})
+			return
+		}
+		// The shim moves into the leaf, so that its child is born there,
+		// and back right after the fork.
+		if _, err := unix.Write(fds[3], []byte("0")); err != nil {
+			p.reply(shimReply{Seq: req.Seq, Err: "cannot enter the cgroup leaf: " + err.Error(), Errno: errnoOf(err), Stage: "scope"})
+			return
+		}
+		back = fds[4]
+	}
+	pid, err := syscall.ForkExec(req.Path, req.Argv, &syscall.ProcAttr{Dir: req.Dir, Env: req.Env,
+		Files: []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])}, Sys: sys})
+	if back >= 0 {
+		if _, berr := unix.Write(back, []byte("0")); berr != nil {
+			// Still in the leaf, the shim would be settled with it: the
+			// subject never runs, and the shim stops taking executions.
+			if err == nil {
+				_ = unix.Kill(pid, unix.SIGKILL)
+				var ws unix.WaitStatus
+				_, _ = unix.Wait4(pid, &ws, unix.WALL, nil)
+			}
+			p.reply(shimReply{Seq: req.Seq, Err: "cannot leave the cgroup leaf: " + berr.Error(), Errno: errnoOf(berr), Stage: "scope"})
+			go func() { time.Sleep(10 * time.Millisecond); os.Exit(4) }()
+			return
+		}
+	}
+	if err != nil {
+		p.reply(shimReply{Seq: req.Seq, Err: err.Error(), Errno: errnoOf(err), Stage: "exec"})
+		return
+	}
+	// The subject is this shim's unreaped child: its pid names it until
+	// the shim reaps it, so its start time is read without a race.
+	e, serr := readStat("/proc", pid, make([]byte, 1024))
+	if serr != nil {
+		e.start = 0
+	}
+	p.busy, p.subject, p.left = true, pid, false
+	p.grace, p.timeout = time.Duration(req.Grace), time.Duration(req.Timeout)
+	p.reply(shimReply{Seq: req.Seq, PID: pid, Start: e.start})
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+func errnoOf(err error) int {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return int(errno)
+	}
+	return int(syscall.EINVAL)
+}
+
+// subtree lists the live processes below the shim, by the children of each
+// of its threads and theirs. The list is what the walk saw; the evidence
+// that nothing is left is noChild's.
+func (p *shimProc) subtree() ([]Member, error) {
+	kids, err := taskChildren("/proc", p.self, -1)
+	if err != nil {
+		return nil, err
+	}
+	table := make(map[int]procEntry, len(kids))
+	walkInto("/proc", p.self, table, kids, make([]byte, 1024))
+	out := make([]Member, 0, len(table))
+	for pid, e := range table {
+		if !e.dead() {
+			out = append(out, Member{PID: pid, Start: e.start})
+		}
+	}
+	return out, nil
+}
+
+// errUnseenChild: the walk found nothing, but the kernel says the shim
+// still has a child (one forked or reparented during the walk).
+var errUnseenChild = errors.New("exec: the shim has a child its walk did not see")
+
+// look is one complete look, for relayd or for the shim's own settlement:
+// an empty list only with the kernel's word that no child is left.
+func (p *shimProc) look() ([]Member, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sweepLocked()
+	members, err := p.subtree()
+	if err != nil || len(members) > 0 {
+		return members, err
+	}
+	if !noChild() {
+		return nil, errUnseenChild
+	}
+	return nil, nil
+}
+
+// noChild reports the kernel's word that the calling process has no child
+// at all, ended or not, whatever its exit signal.
+func noChild() bool {
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT|unix.WALL, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		return err == unix.ECHILD
+	}
+}
+
+func (p *shimProc) members(body []byte) {
+	var req shimReq
+	_ = json.Unmarshal(body, &req)
+	members, err := p.look()
+	r := shimReply{Seq: req.Seq}
+	switch {
+	case err != nil:
+		r.Err = err.Error()
+	case len(members) == 0:
+		r.Empty = true
+	default:
+		r.Members = make([][2]uint64, len(members))
+		for i, m := range members {
+			r.Members[i] = [2]uint64{uint64(m.PID), m.Start}
+		}
+	}
+	p.reply(r)
+}
+
+// signalAll signals every process of the subtree a walk finds, each
+// through a pidfd after checking its start time.
+func (p *shimProc) signalAll(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	members, err := p.subtree()
+	if err != nil {
+		return err
+	}
+	var first error
+	for _, m := range members {
+		if err := signalMember("/proc", m, sig); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func (p *shimProc) signal(body []byte) {
+	var req shimReq
+	_ = json.Unmarshal(body, &req)
+	r := shimReply{Seq: req.Seq}
+	if err := p.signalAll(syscall.Signal(req.Sig)); err != nil {
+		r.Err = err.Error()
+	}
+	p.reply(r)
+}
+
+// shimScope is the shim's own subtree as teardown sees it, for the
+// settlement it makes when relayd is gone.
+type shimScope struct{ p *shimProc }
+
+func (s shimScope) Members() ([]Member, error)      { return s.p.look() }
+func (s shimScope) Signal(sig syscall.Signal) error { return s.p.signalAll(sig) }
+
+// relaydGone is the end of the socket to relayd: relayd died, or retired
+// the shim. A subject that runs (or whose end relayd never answered) is
+// settled with the budget relayd gave; survivors left alone stay alone.
+func (p *shimProc) relaydGone() int {
+	p.mu.Lock()
+	busy, left, grace, timeout := p.busy, p.left, p.grace, p.timeout
+	p.mu.Unlock()
+	if !busy || left {
+		return 0
+	}
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	out := teardown.Settle(context.Background(), shimScope{p}, teardown.Options{Grace: grace, Deadline: time.Now().Add(timeout)})
+	if !out.Confirmed {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,503 @@
+package exec
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Shims is relayd's side of the shims (shim_linux.go): a pool of idle
+// ones, started off the critical path and reused once their subtree is
+// empty, so that an execute costs no shim start.
+type Shims struct {
+	reaper *Reaper
+	path   string // the binary a shim runs: relayd's own
+	// Budget of the settlement a shim makes by itself if relayd dies.
+	grace, timeout time.Duration
+
+	mu       sync.Mutex
+	idle     []*shim
+	starting int
+	closed   bool
+	want     int // idle shims to keep ready: raised by demand, up to maxIdleShims
+}
+
+// The pool's bounds: at least minIdleShims are kept ready once the pool
+// is warmed, and demand (executions that found no idle shim) raises that
+// up to maxIdleShims; a shim freed beyond it exits.
+const (
+	minIdleShims = 2
+	maxIdleShims = 64
+)
+
+// shimRPCTimeout bounds one request to a shim. A shim that does not
+// answer in time (stopped, or starved) counts as lost for that request:
+// no evidence.
+const shimRPCTimeout = 2 * time.Second
+
+// shimHelloTimeout bounds the start of a shim.
+const shimHelloTimeout = 10 * time.Second
+
+// ErrShimLost means the shim of an execution died or stopped answering:
+// nothing about its subtree can be known any more.
+var ErrShimLost = errors.New("exec: the execution's shim is gone")
+
+// NewShims makes the pool. path is the binary to run as a shim ("" for
+// relayd's own, /proc/self/exe); grace and timeout are relayd's teardown
+// budget, which a shim uses if relayd dies. No shim starts before Warm.
+func NewShims(ctx context.Context, r *Reaper, path string, grace, timeout time.Duration) *Shims {
+	if path == "" {
+		path = "/proc/self/exe"
+	}
+	p := &Shims{reaper: r, path: path, grace: grace, timeout: timeout}
+	go func() {
+		<-ctx.Done()
+		p.Close()
+	}()
+	return p
+}
+
+// Warm starts the idle shims the pool keeps ready, in the background.
+func (p *Shims) Warm() {
+	p.mu.Lock()
+	if p.want < minIdleShims {
+		p.want = minIdleShims
+	}
+	p.mu.Unlock()
+	p.refill()
+}
+
+// Close ends every idle shim, and waits a moment for them to exit; busy
+// ones end when their execution does.
+func (p *Shims) Close() {
+	p.mu.Lock()
+	p.closed = true
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, sh := range idle {
+		sh.retire()
+	}
+	deadline := time.After(2 * time.Second)
+	for _, sh := range idle {
+		select {
+		case <-sh.exited:
+		case <-deadline:
+			return
+		}
+	}
+}
+
+// refill starts shims until the pool holds what it wants.
+func (p *Shims) refill() {
+	p.mu.Lock()
+	n := p.want - len(p.idle) - p.starting
+	if p.closed || n <= 0 {
+		p.mu.Unlock()
+		return
+	}
+	p.starting += n
+	p.mu.Unlock()
+	for range n {
+		go func() {
+			sh, err := p.spawn()
+			p.mu.Lock()
+			p.starting--
+			p.mu.Unlock()
+			if err == nil {
+				p.put(sh)
+			}
+		}()
+	}
+}
+
+// get takes an idle shim, or starts one when there is none.
+func (p *Shims) get() (*shim, error) {
+	p.mu.Lock()
+	for len(p.idle) > 0 {
+		sh := p.idle[len(p.idle)-1]
+		p.idle = p.idle[:len(p.idle)-1]
+		if sh.alive() {
+			p.mu.Unlock()
+			p.refill()
+			return sh, nil
+		}
+	}
+	if p.want > 0 && p.want < maxIdleShims {
+		p.want++ // demand: keep one more ready
+	}
+	p.mu.Unlock()
+	sh, err := p.spawn()
+	p.refill()
+	return sh, err
+}
+
+// put takes back a shim whose subtree is empty.
+func (p *Shims) put(sh *shim) {
+	p.mu.Lock()
+	if p.closed || len(p.idle) >= max(p.want, minIdleShims) || !sh.alive() {
+		p.mu.Unlock()
+		sh.retire()
+		return
+	}
+	p.idle = append(p.idle, sh)
+	p.mu.Unlock()
+}
+
+// spawn starts one shim and waits for its hello.
+func (p *Shims) spawn() (*shim, error) {
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("exec: shim socket: %w", err)
+	}
+	devnull, err := devNull()
+	if err != nil {
+		unix.Close(pair[0])
+		unix.Close(pair[1])
+		return nil, fmt.Errorf("exec: shim: %w", err)
+	}
+	attr := &syscall.ProcAttr{
+		Env:   []string{},
+		Files: []uintptr{devnull.r, devnull.w, os.Stderr.Fd(), uintptr(pair[1])},
+		// A session of its own: a terminal's signals to relayd's group
+		// do not reach it.
+		Sys: &syscall.SysProcAttr{Setsid: true},
+	}
+	pid, _, exited, err := p.reaper.ForkExec(p.path, []string{ShimArg0}, attr)
+	unix.Close(pair[1])
+	if err != nil {
+		unix.Close(pair[0])
+		return nil, err
+	}
+	f := os.NewFile(uintptr(pair[0]), "shim")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		_ = unix.Kill(pid, unix.SIGKILL)
+		return nil, fmt.Errorf("exec: shim socket: %w", err)
+	}
+	sh := &shim{pool: p, pid: pid, conn: c.(*net.UnixConn), exited: exited,
+		calls: make(map[uint32]chan shimReply), hello: make(chan struct{}), gone: make(chan struct{})}
+	go sh.read()
+	go func() {
+		<-exited
+		sh.lost()
+	}()
+	select {
+	case <-sh.hello:
+		return sh, nil
+	case <-sh.gone:
+		return nil, fmt.Errorf("%w before its hello", ErrShimLost)
+	case <-time.After(shimHelloTimeout):
+		sh.kill()
+		return nil, fmt.Errorf("exec: a shim did not start within %v", shimHelloTimeout)
+	}
+}
+
+// shim is relayd's handle on one shim process.
+type shim struct {
+	pool   *Shims
+	pid    int
+	conn   *net.UnixConn
+	exited <-chan Status
+	hello  chan struct{}
+	gone   chan struct{} // closed once the shim is lost: dead, or its socket ended
+
+	wmu sync.Mutex
+
+	mu       sync.Mutex
+	seq      uint32
+	calls    map[uint32]chan shimReply
+	cur      *shimRun // the execution it serves; nil while idle
+	dead     bool
+	retiring bool
+}
+
+// shimRun is one execution on a shim: where its subject's end goes, and
+// whether its subtree is known empty.
+type shimRun struct {
+	sh     *shim
+	exited chan Status   // the subject's status, once
+	lost   chan struct{} // closed if the shim is lost while the subject runs
+	pid    int           // the subject, once started
+	start  uint64        // its start time
+	ended  bool          // the subject was reaped
+	empty  bool          // the subtree is empty: the shim went back to the pool
+	left   bool          // relayd left the subtree alone
+	closed bool          // relayd no longer needs the subtree
+}
+
+func (sh *shim) alive() bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return !sh.dead && !sh.retiring
+}
+
+// read takes the shim's frames until its socket ends.
+func (sh *shim) read() {
+	r := newFrameReader(sh.conn, false)
+	for {
+		kind, body, _, err := r.read()
+		if err != nil {
+			sh.lost()
+			return
+		}
+		switch kind {
+		case frHello:
+			close(sh.hello)
+		case frReply:
+			var rep shimReply
+			if json.Unmarshal(body, &rep) != nil {
+				continue
+			}
+			sh.mu.Lock()
+			ch := sh.calls[rep.Seq]
+			delete(sh.calls, rep.Seq)
+			sh.mu.Unlock()
+			if ch != nil {
+				ch <- rep // buffered
+			}
+		case frExited:
+			var x shimExit
+			if json.Unmarshal(body, &x) != nil {
+				continue
+			}
+			st := Status{Exited: x.Exited, Code: x.Code, Signal: syscall.Signal(x.Signal), At: time.Now()}
+			sh.mu.Lock()
+			if run := sh.cur; run != nil && !run.ended {
+				run.ended = true
+				run.exited <- st // buffered
+				close(run.exited)
+			}
+			sh.mu.Unlock()
+		case frEmpty:
+			sh.mu.Lock()
+			run := sh.cur
+			sh.cur = nil
+			if run != nil {
+				run.empty = true
+			}
+			retiring := sh.retiring
+			sh.mu.Unlock()
+			if !retiring {
+				sh.pool.put(sh)
+			}
+		}
+	}
+}
+
+// lost marks the shim gone: every call waiting for it fails, and the
+// execution it served learns that nothing more can be known.
+func (sh *shim) lost() {
+	sh.mu.Lock()
+	if sh.dead {
+		sh.mu.Unlock()
+		return
+	}
+	sh.dead = true
+	calls := sh.calls
+	sh.calls = nil
+	run := sh.cur
+	sh.mu.Unlock()
+	close(sh.gone)
+	for _, ch := range calls {
+		close(ch)
+	}
+	if run != nil && !run.empty {
+		close(run.lost)
+	}
+	sh.conn.Close()
+}
+
+// retire closes the socket: an idle shim exits, a busy one settles what it
+// still holds (unless it was left alone) and exits.
+func (sh *shim) retire() {
+	sh.mu.Lock()
+	sh.retiring = true
+	sh.mu.Unlock()
+	sh.conn.Close()
+}
+
+// kill ends a shim that cannot be trusted any more.
+func (sh *shim) kill() {
+	sh.mu.Lock()
+	dead := sh.dead
+	sh.retiring = true
+	sh.mu.Unlock()
+	if !dead {
+		if fd, err := unix.PidfdOpen(sh.pid, 0); err == nil {
+			select {
+			case <-sh.exited: // reaped already: the pid may be another's now
+			default:
+				_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+			}
+			unix.Close(fd)
+		}
+	}
+	sh.conn.Close()
+}
+
+func (sh *shim) write(kind byte, v any, fds []int) error {
+	sh.wmu.Lock()
+	defer sh.wmu.Unlock()
+	_ = sh.conn.SetWriteDeadline(time.Now().Add(shimRPCTimeout))
+	return writeFrame(sh.conn, kind, v, fds)
+}
+
+// call sends a request and waits for its reply. run, when set, must still
+// be the shim's execution: a request of an execution whose subtree is
+// empty is never sent, so it cannot reach the next execution's.
+func (sh *shim) call(run *shimRun, kind byte, req func(seq uint32) any, fds []int) (shimReply, error) {
+	sh.mu.Lock()
+	if run != nil && run.empty {
+		// The subtree was reported empty: the shim may serve another
+		// execution, or have exited.
+		sh.mu.Unlock()
+		return shimReply{Empty: true}, nil
+	}
+	if sh.dead || (run != nil && sh.cur != run) {
+		sh.mu.Unlock()
+		return shimReply{}, ErrShimLost
+	}
+	sh.seq++
+	seq := sh.seq
+	ch := make(chan shimReply, 1)
+	sh.calls[seq] = ch
+	// Written under mu so that no empty event is taken between the check
+	// and the write: the shim answers this before any later start.
+	err := sh.write(kind, req(seq), fds)
+	sh.mu.Unlock()
+	if err != nil {
+		sh.forget(seq)
+		return shimReply{}, fmt.Errorf("%w: %v", ErrShimLost, err)
+	}
+	t := time.NewTimer(shimRPCTimeout)
+	defer t.Stop()
+	select {
+	case rep, ok := <-ch:
+		if !ok {
+			return shimReply{}, ErrShimLost
+		}
+		return rep, nil
+	case <-t.C:
+		sh.forget(seq)
+		return shimReply{}, fmt.Errorf("%w: no answer within %v", ErrShimLost, shimRPCTimeout)
+	}
+}
+
+func (sh *shim) forget(seq uint32) {
+	sh.mu.Lock()
+	if sh.calls != nil {
+		delete(sh.calls, seq)
+	}
+	sh.mu.Unlock()
+}
+
+// startOn starts a subject on sh: it becomes sh's execution.
+func (sh *shim) startOn(req shimStart, fds []int) (*shimRun, shimReply, error) {
+	run := &shimRun{sh: sh, exited: make(chan Status, 1), lost: make(chan struct{})}
+	sh.mu.Lock()
+	if sh.cur != nil {
+		sh.mu.Unlock()
+		return nil, shimReply{}, errors.New("exec: shim already busy")
+	}
+	sh.cur = run
+	sh.mu.Unlock()
+	req.FDs = len(fds)
+	rep, err := sh.call(nil, frStart, func(seq uint32) any { req.Seq = seq; return req }, fds)
+	if err != nil || rep.Err != "" {
+		sh.mu.Lock()
+		if sh.cur == run {
+			sh.cur = nil
+		}
+		sh.mu.Unlock()
+		return run, rep, err
+	}
+	run.pid, run.start = rep.PID, rep.Start
+	return run, rep, nil
+}
+
+// members asks for the subtree: empty only on the kernel's word.
+func (run *shimRun) members() ([]Member, error) {
+	rep, err := run.sh.call(run, frMembers, func(seq uint32) any { return shimReq{Seq: seq} }, nil)
+	if err != nil {
+		return nil, err
+	}
+	if rep.Err != "" {
+		return nil, fmt.Errorf("exec: shim %d: %s", run.sh.pid, rep.Err)
+	}
+	if rep.Empty {
+		return nil, nil
+	}
+	out := make([]Member, len(rep.Members))
+	for i, m := range rep.Members {
+		out[i] = Member{PID: int(m[0]), Start: m[1]}
+	}
+	return out, nil
+}
+
+func (run *shimRun) signal(sig syscall.Signal) error {
+	rep, err := run.sh.call(run, frSignal, func(seq uint32) any { return shimReq{Seq: seq, Sig: int(sig)} }, nil)
+	if err != nil {
+		return err
+	}
+	if rep.Err != "" {
+		return fmt.Errorf("exec: shim %d: %s", run.sh.pid, rep.Err)
+	}
+	return nil
+}
+
+// sync has the shim reap what has ended: a subject's end it collects
+// reaches run.exited before sync returns.
+func (run *shimRun) sync() {
+	_, _ = run.sh.call(run, frSync, func(seq uint32) any { return shimReq{Seq: seq} }, nil)
+}
+
+// leaveAlone tells the shim that what remains is left alone (rule 6.1):
+// if relayd dies, the shim exits without signalling it.
+func (run *shimRun) leaveAlone() {
+	sh := run.sh
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	run.left = true
+	if sh.cur == run && !sh.dead {
+		_ = sh.write(frLeave, shimReq{}, nil)
+	}
+}
+
+// isEmpty reports whether the subtree is known empty.
+func (run *shimRun) isEmpty() bool {
+	run.sh.mu.Lock()
+	defer run.sh.mu.Unlock()
+	return run.empty
+}
+
+// close says relayd no longer needs the subtree. A subtree that is not
+// empty and not left alone (a settlement that could not be confirmed)
+// makes the shim retire: it settles what it can by itself, and takes no
+// other execution.
+func (run *shimRun) close() {
+	sh := run.sh
+	sh.mu.Lock()
+	run.closed = true
+	pending := sh.cur == run && !run.left
+	sh.mu.Unlock()
+	if !pending {
+		return
+	}
+	run.sync() // an empty subtree the shim has not reported yet: the shim goes back to the pool
+	sh.mu.Lock()
+	retire := sh.cur == run
+	sh.mu.Unlock()
+	if retire {
+		sh.retire()
+	}
+}

@@ -1,0 +1,199 @@
+package exec
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+
+	"golang.org/x/sys/unix"
+)
+
+// The wire between relayd and a shim (shim_linux.go): a Unix stream
+// socketpair, the shim's descriptor 3. Each message is a frame: a 4-byte
+// little-endian length, a kind byte, and that many bytes of JSON less one.
+// Descriptors travel with a frame's header (SCM_RIGHTS), only from relayd
+// to a shim. Requests carry a sequence number that their reply echoes;
+// events (hello, exited, empty) carry none. A shim answers requests in the
+// order they came, and writes an event before any reply that follows it,
+// so that a reply to sync comes after the exit it collected.
+
+// Frame kinds, relayd to shim.
+const (
+	frStart   = 'S' // start the subject (shimStart), with its descriptors
+	frMembers = 'M' // list the subtree (shimReply.Members, Empty)
+	frSignal  = 'K' // signal every process of the subtree (shimReq.Sig)
+	frSync    = 'Y' // reap what has ended, then reply
+	frLeave   = 'L' // the subject exited and its survivors are left alone (rule 6.1); no reply
+)
+
+// Frame kinds, shim to relayd.
+const (
+	frHello  = 'h' // the shim is ready
+	frReply  = 'r' // the reply to a request (shimReply)
+	frExited = 'x' // the subject was reaped (shimExit)
+	frEmpty  = 'e' // the subject is gone and the subtree is empty: the shim is free
+)
+
+// maxShimFrame bounds a frame: a start carries the subject's argv and
+// environment, which --max-line-bytes bounds; this only stops a torn stream.
+const maxShimFrame = 1 << 30
+
+// maxShimFDs is the most descriptors one frame carries.
+const maxShimFDs = 8
+
+// How the subject enters its cgroup leaf (shimStart.Cgroup).
+const (
+	cgroupNone    = 0 // no cgroup: the process-group mechanism
+	cgroupClone3  = 1 // born in it: descriptor 3 of the frame is the leaf (clone3, CLONE_INTO_CGROUP)
+	cgroupMigrate = 2 // the shim moves itself in (descriptor 3, the leaf's cgroup.procs), forks, and moves back (descriptor 4)
+)
+
+type shimStart struct {
+	Seq    uint32
+	Path   string
+	Argv   []string
+	Env    []string
+	Dir    string
+	Cred   *shimCred `json:",omitempty"`
+	Cgroup int
+	// Grace and Timeout (nanoseconds) are the budget of the settlement the
+	// shim makes by itself when relayd dies while the subject runs.
+	Grace, Timeout int64
+	FDs            int // descriptors in the frame: stdin, stdout, stderr, then the cgroup's
+}
+
+type shimCred struct {
+	UID, GID uint32
+	Groups   []uint32
+}
+
+type shimReq struct {
+	Seq uint32
+	Sig int `json:",omitempty"`
+}
+
+type shimReply struct {
+	Seq   uint32
+	Err   string `json:",omitempty"` // the request failed; for a start, nothing ran
+	Errno int    `json:",omitempty"` // a start's errno
+	Stage string `json:",omitempty"` // a start's failing stage: "scope" or "exec"
+	PID   int    `json:",omitempty"` // a start's subject
+	Start uint64 `json:",omitempty"` // its start time (clock ticks since boot)
+	// Members is the subtree (pid, start time) of a members request;
+	// Empty is the kernel's word that nothing is left (wait: no child).
+	Members [][2]uint64 `json:",omitempty"`
+	Empty   bool        `json:",omitempty"`
+}
+
+type shimExit struct {
+	PID    int
+	Exited bool
+	Code   int
+	Signal int
+}
+
+// errShimFrame is a frame that breaks the wire's rules.
+var errShimFrame = errors.New("exec: malformed shim frame")
+
+// writeFrame writes one frame, with fds (relayd to shim only). The caller
+// serialises writes.
+func writeFrame(c *net.UnixConn, kind byte, v any, fds []int) error {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 5, 5+len(body))
+	binary.LittleEndian.PutUint32(buf, uint32(len(body)+1))
+	buf[4] = kind
+	buf = append(buf, body...)
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	// The header goes with the descriptors in a message of its own, so
+	// that the reader's first read (five bytes) takes them.
+	if _, _, err := c.WriteMsgUnix(buf[:5], oob, nil); err != nil {
+		return err
+	}
+	_, err = c.Write(buf[5:])
+	return err
+}
+
+// frameReader reads frames. With fds it takes the descriptors sent with a
+// header (the shim's side).
+type frameReader struct {
+	c   *net.UnixConn
+	br  *bufio.Reader // nil on the side that takes descriptors
+	oob []byte
+}
+
+func newFrameReader(c *net.UnixConn, fds bool) *frameReader {
+	r := &frameReader{c: c}
+	if fds {
+		r.oob = make([]byte, unix.CmsgSpace(maxShimFDs*4))
+	} else {
+		r.br = bufio.NewReaderSize(c, 64<<10)
+	}
+	return r
+}
+
+// read returns the next frame's kind, body and descriptors.
+func (r *frameReader) read() (kind byte, body []byte, fds []int, err error) {
+	var hdr [5]byte
+	if r.br != nil {
+		if _, err := io.ReadFull(r.br, hdr[:]); err != nil {
+			return 0, nil, nil, err
+		}
+	} else {
+		n, oobn, _, _, err := r.c.ReadMsgUnix(hdr[:], r.oob)
+		if err != nil {
+			return 0, nil, nil, err
+		}
+		if n == 0 {
+			return 0, nil, nil, io.EOF
+		}
+		if oobn > 0 {
+			msgs, perr := unix.ParseSocketControlMessage(r.oob[:oobn])
+			if perr != nil {
+				return 0, nil, nil, perr
+			}
+			for _, m := range msgs {
+				got, perr := unix.ParseUnixRights(&m)
+				if perr == nil {
+					fds = append(fds, got...)
+				}
+			}
+		}
+		if n < len(hdr) {
+			if _, err := io.ReadFull(r.c, hdr[n:]); err != nil {
+				closeFDs(fds)
+				return 0, nil, nil, err
+			}
+		}
+	}
+	size := binary.LittleEndian.Uint32(hdr[:4])
+	if size < 1 || size > maxShimFrame {
+		closeFDs(fds)
+		return 0, nil, nil, fmt.Errorf("%w: length %d", errShimFrame, size)
+	}
+	body = make([]byte, size-1)
+	var src io.Reader = r.c
+	if r.br != nil {
+		src = r.br
+	}
+	if _, err := io.ReadFull(src, body); err != nil {
+		closeFDs(fds)
+		return 0, nil, nil, err
+	}
+	return hdr[4], body, fds, nil
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
