@@ -115,10 +115,12 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		}
 		instruction = string(b)
 	}
-	if o.artifactsDir != "" {
-		if err := env.CheckDir(o.artifactsDir); err != nil {
-			return &exitError{exitUsage, dirFlagError("artifacts-dir", err)}
-		}
+	netns, err := checkIsolation(o, getenv, log) // isolation.go
+	if err != nil {
+		return &exitError{exitUsage, err}
+	}
+	if err := prepareArtifactsDir(o); err != nil {
+		return &exitError{exitUsage, err}
 	}
 	state, stateErr := exec.OpenState(o.stateDir)
 	if stateErr != nil && o.stateDirGiven {
@@ -175,6 +177,10 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		Mechanism:       scopes.mechanism,
 		Destroy:         destroyer(o, reaper, host, log),
 		Log:             log,
+
+		ArtifactsLayout:  o.artifactsLayout,
+		RequireNetns:     netns,
+		DropCapabilities: o.dropCaps,
 	})
 
 	sigs := make(chan os.Signal, 2)
