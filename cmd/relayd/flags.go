@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/relayd/relayd/internal/env"
 )
 
 // options are relayd's flags, after parsing and validation.
@@ -32,6 +34,9 @@ type options struct {
 	stateDir        string
 	stateDirGiven   bool     // --state-dir or its twin was set: a directory that cannot be used is an error, not a warning
 	artifactLimit   byteSize // --max-artifact-bytes
+	artifactsLayout string   // --artifacts-layout: relayd or maka
+	dropCaps        capList  // --drop-capabilities: capability numbers, sorted
+	requireNetns    string   // --require-netns: an nsfs path or net:[INODE]; "" for none
 	scope           string
 	cgroupRoot      string
 	destroyCommand  string
@@ -57,6 +62,7 @@ func defaultOptions() options {
 		maxStderrBytes:  1 << 20,
 		stateDir:        "/run/relayd",
 		artifactLimit:   64 << 20,
+		artifactsLayout: "relayd",
 		scope:           "auto",
 		logFormat:       "json",
 		logLevel:        "info",
@@ -98,6 +104,9 @@ func parseFlags(args []string, getenv func(string) string) (options, *pflag.Flag
 	fs.StringVar(&o.artifactsDir, "artifacts-dir", o.artifactsDir, "directory for each execution's complete stdout and stderr")
 	fs.StringVar(&o.stateDir, "state-dir", o.stateDir, "directory where relayd records its running process-group scopes, so that a relayd started after this one is killed settles what it left running")
 	fs.Var(&o.artifactLimit, "max-artifact-bytes", "most bytes of one stream kept in --artifacts-dir per execution; past it the artifact stops growing and the rest is drained and dropped")
+	fs.StringVar(&o.artifactsLayout, "artifacts-layout", o.artifactsLayout, "artifact file names: relayd (x-N.stdout.txt per execution) or maka (maka-subject.stdout.txt and maka-subject.stderr.txt, overwritten per execution, as Maka's relay writes them; --artifacts-dir defaults to "+makaArtifactsDir+")")
+	fs.Var(&o.dropCaps, "drop-capabilities", "capabilities removed from every subject's sets, comma-separated (e.g. NET_RAW,NET_ADMIN); MAKA_EVAL_EGRESS_REQUIRED=1 makes relayd refuse to start while it holds NET_RAW or NET_ADMIN that this does not drop")
+	fs.StringVar(&o.requireNetns, "require-netns", o.requireNetns, "network namespace subjects must run in, an nsfs path (/proc/PID/ns/net, /run/netns/NAME) or net:[INODE]: relayd refuses to start (exit 2) when they would not, and answers 111 for an execution when that changes")
 	fs.StringVar(&o.scope, "scope", o.scope, "scope mechanism: auto (cgroup when proven to work, else process-group), cgroup or process-group")
 	fs.StringVar(&o.cgroupRoot, "cgroup-root", o.cgroupRoot, "cgroup v2 directory to create execution leaves under (default: relayd's own cgroup)")
 	fs.StringVar(&o.destroyCommand, "destroy-command", o.destroyCommand, "command run with /bin/sh -c when a settlement cannot be confirmed (destroy), bounded by --teardown-timeout")
@@ -132,6 +141,9 @@ func parseFlags(args []string, getenv func(string) string) (options, *pflag.Flag
 		return o, fs, twinErr
 	}
 	o.stateDirGiven = fs.Changed("state-dir")
+	if o.artifactsLayout == "maka" && o.artifactsDir == "" {
+		o.artifactsDir = makaArtifactsDir
+	}
 	err := o.validate()
 	var fe *flagError
 	if errors.As(err, &fe) && fromEnv[fe.flag] {
@@ -176,6 +188,16 @@ func (o options) validate() error {
 	case o.artifactLimit < 1:
 		return bad("max-artifact-bytes", "--max-artifact-bytes must be at least 1, got %d", o.artifactLimit)
 	}
+	switch o.artifactsLayout {
+	case "relayd", "maka":
+	default:
+		return bad("artifacts-layout", "--artifacts-layout %q: want relayd or maka", o.artifactsLayout)
+	}
+	if o.requireNetns != "" {
+		if _, err := env.ParseNetns(o.requireNetns); err != nil {
+			return bad("require-netns", "--require-netns %v", err)
+		}
+	}
 	switch o.scope {
 	case "auto", "process-group", "cgroup":
 	default:
@@ -204,6 +226,37 @@ func (e *flagError) Error() string { return e.msg }
 
 func bad(flag, format string, args ...any) error {
 	return &flagError{flag: flag, msg: fmt.Sprintf(format, args...)}
+}
+
+// makaArtifactsDir is where Maka's relay writes its subject's artifacts, and
+// so --artifacts-dir's default with --artifacts-layout maka.
+const makaArtifactsDir = "/logs/artifacts"
+
+// capList is --drop-capabilities: capability numbers, from names with or
+// without CAP_, in any case (env.ParseCapabilities).
+type capList []int
+
+func (c *capList) Type() string { return "capabilities" }
+
+func (c *capList) String() string {
+	names := make([]string, len(*c))
+	for i, n := range *c {
+		names[i] = env.CapabilityName(n)
+	}
+	return strings.Join(names, ",")
+}
+
+func (c *capList) Set(s string) error {
+	if strings.TrimSpace(s) == "" {
+		*c = nil // none, as an empty twin is
+		return nil
+	}
+	caps, err := env.ParseCapabilities(s)
+	if err != nil {
+		return err
+	}
+	*c = caps
+	return nil
 }
 
 // byteSize is a flag value in bytes: a number with an optional unit. kB,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"syscall"
@@ -51,6 +52,9 @@ var section9 = map[string]string{
 	"log-format":       "json",
 
 	"max-artifact-bytes": "67108864", // 64MiB
+	"artifacts-layout":   "relayd",
+	"drop-capabilities":  "",
+	"require-netns":      "",
 }
 
 func TestParseFlagsDefaults(t *testing.T) {
@@ -72,14 +76,15 @@ func TestParseFlagsDefaults(t *testing.T) {
 		maxStderrBytes:  1 << 20,
 		stateDir:        "/run/relayd",
 		artifactLimit:   64 << 20,
+		artifactsLayout: "relayd",
 		scope:           "auto",
 		logFormat:       "json",
 		logLevel:        "info",
 	}
-	if o != want {
+	if !reflect.DeepEqual(o, want) {
 		t.Fatalf("parseFlags() = %+v; want %+v", o, want)
 	}
-	if o != defaultOptions() {
+	if !reflect.DeepEqual(o, defaultOptions()) {
 		t.Fatalf("parseFlags() = %+v; want defaultOptions() %+v", o, defaultOptions())
 	}
 	seen := map[string]bool{}
@@ -138,6 +143,9 @@ var twinCases = map[string]twinCase{
 	"log-level":        {"debug", func(o options) bool { return o.logLevel == "debug" }, ""},
 
 	"max-artifact-bytes": {"100kB", func(o options) bool { return o.artifactLimit == 100000 }, "64M"},
+	"artifacts-layout":   {"maka", func(o options) bool { return o.artifactsLayout == "maka" }, ""},
+	"drop-capabilities":  {"net_raw,CAP_NET_ADMIN", func(o options) bool { return slices.Equal(o.dropCaps, capList{12, 13}) }, "NET_ROW"},
+	"require-netns":      {"net:[4026531840]", func(o options) bool { return o.requireNetns == "net:[4026531840]" }, ""},
 }
 
 // noTwin are the flags that are actions, not configuration: an environment
@@ -243,6 +251,7 @@ func TestFlagWinsOverTwin(t *testing.T) {
 		"max-line-bytes": "4096", "max-stdout-bytes": "12345", "max-stderr-bytes": "54321", "artifacts-dir": "/flag/art", "state-dir": "/flag/state", "max-artifact-bytes": "1GiB",
 		"scope": "cgroup", "cgroup-root": "/flag/cg", "destroy-command": "true",
 		"log-format": "json", "log-level": "warn",
+		"artifacts-layout": "relayd", "drop-capabilities": "SYS_ADMIN", "require-netns": "/run/netns/egress",
 	}
 	for _, f := range allFlags(t) {
 		if noTwin[f.Name] {
@@ -479,6 +488,123 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// The flags of a Maka deployment (protocol section 9): --artifacts-layout
+// relayd or maka, the latter with --artifacts-dir defaulting to Maka's
+// relay's /logs/artifacts; --drop-capabilities parsed into capability
+// numbers, names with or without CAP_ in any case, an unknown one refused
+// by name; --require-netns an absolute path or net:[INODE]. Each through
+// its twin too.
+func TestMakaFlags(t *testing.T) {
+	tests := []struct {
+		name  string
+		args  []string
+		env   map[string]string
+		check func(options) bool
+		err   []string // substrings of the error; nil for valid
+	}{
+		{"maka layout", []string{"--artifacts-layout", "maka"}, nil,
+			func(o options) bool { return o.artifactsLayout == "maka" && o.artifactsDir == "/logs/artifacts" }, nil},
+		{"maka layout, own dir", []string{"--artifacts-layout", "maka", "--artifacts-dir", "/a"}, nil,
+			func(o options) bool { return o.artifactsDir == "/a" }, nil},
+		{"maka layout by twin", nil, map[string]string{"RELAYD_ARTIFACTS_LAYOUT": "maka"},
+			func(o options) bool { return o.artifactsLayout == "maka" && o.artifactsDir == "/logs/artifacts" }, nil},
+		{"relayd layout has no default dir", []string{"--artifacts-layout", "relayd"}, nil,
+			func(o options) bool { return o.artifactsDir == "" }, nil},
+		{"bad layout", []string{"--artifacts-layout", "Maka"}, nil, nil, []string{"--artifacts-layout", `"Maka"`, "relayd or maka"}},
+		{"bad layout by twin", nil, map[string]string{"RELAYD_ARTIFACTS_LAYOUT": "harbor"}, nil, []string{"RELAYD_ARTIFACTS_LAYOUT", `"harbor"`}},
+		{"capabilities", []string{"--drop-capabilities", "NET_RAW, cap_net_admin,Net_Raw,SYS_ADMIN"}, nil,
+			func(o options) bool { return slices.Equal(o.dropCaps, capList{12, 13, 21}) }, nil},
+		{"no capabilities", []string{"--drop-capabilities", ""}, nil,
+			func(o options) bool { return len(o.dropCaps) == 0 }, nil},
+		{"unknown capability", []string{"--drop-capabilities", "NET_RAW,NET_ROW"}, nil, nil, []string{"--drop-capabilities", `"NET_ROW"`}},
+		{"empty capability", []string{"--drop-capabilities", "NET_RAW,,NET_ADMIN"}, nil, nil, []string{"--drop-capabilities", "empty"}},
+		{"unknown capability by twin", nil, map[string]string{"RELAYD_DROP_CAPABILITIES": "CAP_FLY"}, nil, []string{"RELAYD_DROP_CAPABILITIES", `"CAP_FLY"`}},
+		{"netns path", []string{"--require-netns", "/run/netns/egress"}, nil,
+			func(o options) bool { return o.requireNetns == "/run/netns/egress" }, nil},
+		{"netns inode", []string{"--require-netns", "net:[4026532281]"}, nil,
+			func(o options) bool { return o.requireNetns == "net:[4026532281]" }, nil},
+		{"netns relative path", []string{"--require-netns", "ns/net"}, nil, nil, []string{"--require-netns", `"ns/net"`, "absolute"}},
+		{"netns bad inode", []string{"--require-netns", "net:4026532281"}, nil, nil, []string{"--require-netns", "net:[INODE]"}},
+		{"netns bad inode by twin", nil, map[string]string{"RELAYD_REQUIRE_NETNS": "net:[x]"}, nil, []string{"RELAYD_REQUIRE_NETNS", "net:[INODE]"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, _, err := parseFlags(tt.args, envOf(tt.env))
+			if tt.err == nil {
+				if err != nil {
+					t.Fatalf("parseFlags(%q, %v) = %v; want nil", tt.args, tt.env, err)
+				}
+				if !tt.check(o) {
+					t.Fatalf("parseFlags(%q, %v) = %+v; not what was asked", tt.args, tt.env, o)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("parseFlags(%q, %v) = nil; want an error with %q", tt.args, tt.env, tt.err)
+			}
+			for _, w := range tt.err {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("parseFlags(%q, %v) = %q; want it to contain %q", tt.args, tt.env, err, w)
+				}
+			}
+		})
+	}
+}
+
+// A relayd whose subjects would escape the isolation asked of it refuses to
+// start, with one line: --require-netns naming another namespace (both
+// named), and MAKA_EVAL_EGRESS_REQUIRED=1 while relayd holds NET_RAW or
+// NET_ADMIN (as root it does). Neither gets past the checks, so this test
+// binary starts no reaper.
+func TestRunRefusesEscapes(t *testing.T) {
+	own, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Skip("no /proc/self/ns/net:", err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want []string
+	}{
+		{"another netns", []string{"--require-netns", "net:[1]"}, nil, []string{"--require-netns net:[1]", own, "not in the required net:[1]"}},
+	}
+	held, _, err := env.HeldCapabilities(env.EgressBypass)
+	if err == nil && len(held) == 2 {
+		tests = append(tests, struct {
+			name string
+			args []string
+			env  map[string]string
+			want []string
+		}{"egress required", nil, map[string]string{"MAKA_EVAL_EGRESS_REQUIRED": "1"},
+			[]string{"MAKA_EVAL_EGRESS_REQUIRED=1", "relayd holds NET_ADMIN, NET_RAW", "bypasses the Eval egress policy", "--drop-capabilities NET_ADMIN,NET_RAW"}})
+	} else {
+		t.Logf("the test does not hold NET_RAW and NET_ADMIN (%v, %v): MAKA_EVAL_EGRESS_REQUIRED not tried", held, err)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			vars := map[string]string{"RELAYD_TOKEN": "tok"}
+			for k, v := range tt.env {
+				vars[k] = v
+			}
+			var stdout, stderr bytes.Buffer
+			err := run(append(tt.args, "--listen", "127.0.0.1:0", "--workspace", t.TempDir()), envOf(vars), &stdout, &stderr)
+			var ee *exitError
+			if !errors.As(err, &ee) || ee.code != exitUsage {
+				t.Fatalf("run(%q) = %v; want a usage error (exit %d)", tt.args, err, exitUsage)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("refusal %q; want one line", err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("refusal %q; want it to name %q", err, w)
+				}
+			}
+		})
+	}
+}
+
 func TestLoadToken(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, content string) string {
@@ -564,7 +690,7 @@ func TestActionsHaveNoTwin(t *testing.T) {
 			if err != nil {
 				t.Errorf("%s=%s: %v; want it ignored", twin, v, err)
 			}
-			if o != defaultOptions() {
+			if !reflect.DeepEqual(o, defaultOptions()) {
 				t.Errorf("%s=%s changed the options: %+v", twin, v, o)
 			}
 		}

@@ -115,10 +115,12 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		}
 		instruction = string(b)
 	}
-	if o.artifactsDir != "" {
-		if err := env.CheckDir(o.artifactsDir); err != nil {
-			return &exitError{exitUsage, dirFlagError("artifacts-dir", err)}
-		}
+	netns, err := checkIsolation(o, getenv, log) // isolation.go
+	if err != nil {
+		return &exitError{exitUsage, err}
+	}
+	if err := prepareArtifactsDir(o); err != nil {
+		return &exitError{exitUsage, err}
 	}
 	state, stateErr := exec.OpenState(o.stateDir)
 	if stateErr != nil && o.stateDirGiven {
@@ -142,6 +144,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	}
 	settleLeftovers(o, state, log)
 	shims := exec.NewShims(ctx, reaper, "", o.termGrace, o.teardownTimeout)
+	shims.DropCapabilities(o.dropCaps) // --drop-capabilities, applied by each shim before it forks a subject
 	mech, err := chooseScope(ctx, o, shims, host, log)
 	if err != nil {
 		return &exitError{exitUsage, err}
@@ -176,6 +179,9 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		Mechanism:       mech.Name(),
 		Destroy:         destroyer(o, reaper, host, log),
 		Log:             log,
+
+		ArtifactsLayout:  o.artifactsLayout,
+		RequireNetns:     netns,
 	})
 
 	sigs := make(chan os.Signal, 2)

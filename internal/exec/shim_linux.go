@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/signal"
@@ -84,6 +85,7 @@ type shimProc struct {
 	grace   time.Duration
 	timeout time.Duration
 	kick    chan struct{}
+	dropped bool // the forking thread dropped DropCaps and set no-new-privileges
 }
 
 // shimSignals are the signals a subject of relayd's user could send its
@@ -237,6 +239,13 @@ func (p *shimProc) start(body []byte, fds []int) {
 	if p.busy {
 		p.reply(shimReply{Seq: req.Seq, Err: "the shim is busy", Stage: "scope"})
 		return
+	}
+	if len(req.DropCaps) > 0 && !p.dropped {
+		if err := dropCapabilities(req.DropCaps); err != nil {
+			p.reply(shimReply{Seq: req.Seq, Err: "cannot drop capabilities: " + err.Error(), Errno: errnoOf(err), Stage: "scope"})
+			return
+		}
+		p.dropped = true
 	}
 	sys := &syscall.SysProcAttr{Setsid: true}
 	if req.Cred != nil {
@@ -430,4 +439,39 @@ func (p *shimProc) relaydGone() int {
 		return 1
 	}
 	return 0
+}
+
+// dropCapabilities removes caps from the bounding, effective, permitted,
+// inheritable and ambient sets of the calling thread, which forks every
+// subject (capabilities are per thread; the child takes the forking
+// thread's), and sets no-new-privileges, so that neither a setuid binary
+// nor file capabilities give them back. Without CAP_SETPCAP the bounding
+// set cannot shrink; then each cap must be absent from the permitted set
+// already, which no-new-privileges keeps so.
+func dropCapabilities(caps []int) error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return err
+	}
+	for _, c := range caps {
+		if c < 0 || c >= 64 {
+			return fmt.Errorf("capability %d out of range", c)
+		}
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			if data[c/32].Permitted&(1<<(c%32)) != 0 {
+				return fmt.Errorf("PR_CAPBSET_DROP %d: %w", c, err)
+			}
+		}
+		data[c/32].Effective &^= 1 << (c % 32)
+		data[c/32].Permitted &^= 1 << (c % 32)
+		data[c/32].Inheritable &^= 1 << (c % 32)
+	}
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	for _, c := range caps {
+		_ = unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_LOWER, uintptr(c), 0, 0)
+	}
+	return unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 }

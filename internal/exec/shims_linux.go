@@ -22,6 +22,7 @@ type Shims struct {
 	path   string // the binary a shim runs: relayd's own
 	// Budget of the settlement a shim makes by itself if relayd dies.
 	grace, timeout time.Duration
+	dropCaps       []int // capabilities no subject may hold (--drop-capabilities)
 
 	mu       sync.Mutex
 	idle     []*shim
@@ -64,6 +65,11 @@ func NewShims(ctx context.Context, r *Reaper, path string, grace, timeout time.D
 	}()
 	return p
 }
+
+// DropCapabilities makes every subject start without caps in any of its
+// capability sets, and with no-new-privileges (--drop-capabilities). Call
+// it before Warm.
+func (p *Shims) DropCapabilities(caps []int) { p.dropCaps = append([]int(nil), caps...) }
 
 // Warm starts the idle shims the pool keeps ready, in the background.
 func (p *Shims) Warm() {

@@ -63,7 +63,8 @@ type shimStart struct {
 	// Grace and Timeout (nanoseconds) are the budget of the settlement the
 	// shim makes by itself when relayd dies while the subject runs.
 	Grace, Timeout int64
-	FDs            int // descriptors in the frame: stdin, stdout, stderr, then the cgroup's
+	FDs            int   // descriptors in the frame: stdin, stdout, stderr, then the cgroup's
+	DropCaps       []int `json:",omitempty"` // capabilities the subject must not hold (--drop-capabilities)
 }
 
 type shimCred struct {

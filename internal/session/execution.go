@@ -278,6 +278,9 @@ func (s *Server) start(ex *execution, out *output, res *protocol.Executed) (*exe
 		}
 		return nil, nil, false
 	}
+	if detail, ok := s.beforeStart(ex); !ok { // artifacts.go: the maka layout's files, --require-netns
+		return failed(protocol.ExitScopeUnavailable, detail)
+	}
 	subjectEnv := env.Subject(s.cfg.BaseEnv, req.Environment, req.Credentials, req.ResultToken)
 	// The cwd is checked only when something failed: a stat on every
 	// execution is measurable, and a cwd that is missing makes the lookup or
@@ -304,10 +307,7 @@ func (s *Server) start(ex *execution, out *output, res *protocol.Executed) (*exe
 	spec := exec.Spec{Path: path, Argv: append([]string{req.Command}, req.Args...), Env: subjectEnv, Dir: dir,
 		Credential: s.cfg.SubjectUser}
 	spec.Stdout, spec.Stderr = out.writers(ex.stream)
-	if s.cfg.ArtifactsDir != "" {
-		spec.StdoutCopy = s.openArtifact(ex, "stdout")
-		spec.StderrCopy = s.openArtifact(ex, "stderr")
-	}
+	spec.StdoutCopy, spec.StderrCopy = s.openArtifacts(ex)
 	subj, err := exec.Start(s.cfg.Shims, scope, spec)
 	if err != nil {
 		closeAll(spec.StdoutCopy, spec.StderrCopy)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/relayd/relayd/internal/env"
 	"github.com/relayd/relayd/internal/exec"
 	"github.com/relayd/relayd/internal/protocol"
 	"github.com/relayd/relayd/internal/teardown"
@@ -56,6 +57,10 @@ type Config struct {
 	Mechanism       string
 	Destroy         teardown.DestroyOptions // the fallback when a settlement lacks evidence
 	Log             zerolog.Logger
+
+	// What a Maka deployment sets (artifacts.go; docs/protocol.md choice 32).
+	ArtifactsLayout string    // LayoutRelayd (also "") or LayoutMaka
+	RequireNetns    env.Netns // the network namespace subjects must run in (--require-netns); zero: none
 }
 
 // DefaultArtifactLimit is the default of --max-artifact-bytes (protocol section 9).
@@ -82,6 +87,7 @@ type Server struct {
 	conns       atomic.Int64 // open listen-mode connections
 	unconfirmed atomic.Bool  // some settlement was not confirmed
 	nsKilledAt  atomic.Int64 // when a destroy last SIGKILLed every process of relayd's PID namespace (unix ns)
+	maka        makaFiles    // the maka layout's artifact files (artifacts.go)
 }
 
 // New returns a Server. It picks the first execution number so that
