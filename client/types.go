@@ -144,6 +144,9 @@ type Executed struct {
 	Signal     string `json:"signal,omitempty"` // a signal relayd did not send killed the subject
 	Detail     string `json:"detail,omitempty"` // a sentence for people when something went wrong
 	DurationMs int64  `json:"durationMs"`
+	// Ignored names the fields of the request that relayd did not know
+	// (protocol 4.6); the client has logged them (Dialer.Log).
+	Ignored []string `json:"ignored,omitempty"`
 }
 
 // Duration is the subject's wall time.
@@ -160,6 +163,10 @@ type Ready struct {
 	Version     string   `json:"version"`
 	Scope       string   `json:"scope"`              // the scope mechanism, e.g. "cgroup"
 	Detached    []string `json:"detached,omitempty"` // dial-out: detached executions (extension)
+	// Extensions lists what relayd serves beyond the base protocol, e.g.
+	// "stream", "detach", "ignored" (protocol 4.6); nil from an older relayd.
+	Extensions []string `json:"extensions,omitempty"`
+	Ignored    []string `json:"ignored,omitempty"` // fields of the request relayd did not know (protocol 4.6)
 }
 
 // Verified is relayd's reply to verify.
@@ -169,4 +176,5 @@ type Verified struct {
 	Quiescent        bool       `json:"quiescent"`
 	Survivors        []Survivor `json:"survivors"`
 	SurvivorsOmitted int        `json:"survivorsOmitted,omitempty"`
+	Ignored          []string   `json:"ignored,omitempty"` // fields of the request relayd did not know (protocol 4.6)
 }

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"os"
 	"os/signal"
 	"strings"
@@ -199,7 +200,9 @@ func loadToken(file string, getenv func(string) string) (string, error) {
 }
 
 func dispatch(ctx context.Context, verb string, o options, token string, command []string, out printer) (int, error) {
-	d := &client.Dialer{TeardownTimeout: o.teardownTimeout}
+	// A reply that says relayd ignored fields of relayctl's request (a
+	// relayd older than this relayctl) is one line on stderr.
+	d := &client.Dialer{TeardownTimeout: o.teardownTimeout, Log: log.New(out.stderr, "relayctl: ", 0)}
 	var c *client.Conn
 	var err error
 	if verb == "accept" {

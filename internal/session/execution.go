@@ -115,7 +115,7 @@ func (ex *execution) announce() {
 		return
 	}
 	if cn, id := ex.destination(); cn != nil {
-		cn.write(protocol.Started{Token: cn.token(), Kind: "started", ID: id, Execution: ex.id})
+		cn.write(protocol.Started{Token: cn.token(), Kind: "started", ID: id, Execution: ex.id, Ignored: ex.req.Ignored})
 	}
 	if ex.stream != nil {
 		ex.stream.start()

@@ -50,6 +50,11 @@ def _get(msg: Mapping[str, Any], name: str, typ: Any, default: Any = None) -> An
     return v
 
 
+def ignored_of(msg: Mapping[str, Any]) -> Tuple[str, ...]:
+    """A reply's ``ignored`` (protocol 4.6): the request's fields relayd did not know."""
+    return tuple(str(n) for n in _get(msg, "ignored", list, []))
+
+
 @dataclass(frozen=True)
 class Survivor:
     """A process of an exited subject's scope that was left running."""
@@ -91,6 +96,9 @@ class Ready:
     version: str
     scope: str
     detached: Tuple[str, ...] = ()
+    # What relayd serves beyond the base protocol (4.6), e.g. "stream", "ignored"; () from an older relayd.
+    extensions: Tuple[str, ...] = ()
+    ignored: Tuple[str, ...] = ()
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -102,6 +110,8 @@ class Ready:
             version=_get(msg, "version", str, ""),
             scope=_get(msg, "scope", str, ""),
             detached=tuple(_get(msg, "detached", list, [])),
+            extensions=tuple(str(x) for x in _get(msg, "extensions", list, [])),
+            ignored=ignored_of(msg),
             raw=msg,
         )
 
@@ -134,6 +144,8 @@ class Executed:
     # Extensions (protocol 4.5): present when relayd supports them and they were asked for.
     stderr: Optional[str] = None
     stderr_truncated: Optional[bool] = None
+    # The request's fields relayd did not know (protocol 4.6); the client warned about them.
+    ignored: Tuple[str, ...] = ()
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -179,6 +191,7 @@ class Executed:
             duration_ms=_get(msg, "durationMs", int),
             stderr=_get(msg, "stderr", str),
             stderr_truncated=_get(msg, "stderrTruncated", bool),
+            ignored=ignored_of(msg),
             raw=msg,
         )
 
@@ -193,6 +206,7 @@ class Verified:
     quiescent: bool
     survivors: Tuple[Survivor, ...]
     survivors_omitted: int = 0
+    ignored: Tuple[str, ...] = ()
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -202,6 +216,7 @@ class Verified:
             quiescent=_get(msg, "quiescent", bool, False),
             survivors=_survivors(msg),
             survivors_omitted=_get(msg, "survivorsOmitted", int, 0),
+            ignored=ignored_of(msg),
             raw=msg,
         )
 
