@@ -58,17 +58,30 @@ type Ready struct {
 // thousands of processes cannot make a reply grow with them.
 const MaxSurvivors = 1000
 
-// Survivor is a process of a scope still alive after its subject exited.
+// Survivor is a process of a scope still alive after its subject exited,
+// with what a harness needs to judge it (section 4.6): whose it is, what
+// it serves, since when.
 type Survivor struct {
 	PID  int      `json:"pid"`
 	Argv []string `json:"argv"` // [] in JSON when nil (unknown)
+	// ArgvUnavailable: the command line could not be read (a zombie, an
+	// exiting process, one read in the middle of an exec, twice); Argv
+	// then holds the kernel's name of the process (comm), or nothing.
+	ArgvUnavailable bool  `json:"argvUnavailable,omitempty"`
+	UID             int   `json:"uid"`     // the real uid; -1 when unknown (the process ended while the reply was built)
+	Listens         []int `json:"listens"` // local TCP ports it listens on, ascending; [] in JSON when nil
+	Start           int64 `json:"start"`   // start time, milliseconds since the Unix epoch; 0 when unknown
+	Session         int   `json:"session"` // session id; 0 when unknown
 }
 
-// MarshalJSON writes a nil Argv as [].
+// MarshalJSON writes a nil Argv or Listens as [].
 func (s Survivor) MarshalJSON() ([]byte, error) {
 	type plain Survivor
 	if s.Argv == nil {
 		s.Argv = []string{}
+	}
+	if s.Listens == nil {
+		s.Listens = []int{}
 	}
 	return json.Marshal(plain(s))
 }

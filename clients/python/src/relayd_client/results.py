@@ -57,17 +57,38 @@ def ignored_of(msg: Mapping[str, Any]) -> Tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Survivor:
-    """A process of an exited subject's scope that was left running."""
+    """A process of an exited subject's scope that was left running.
+
+    ``uid`` is its real uid, ``listens`` the local TCP ports it listens on,
+    ``start`` its start time in milliseconds since the Unix epoch,
+    ``session`` its session id; each is None (``listens`` empty) when
+    relayd did not say (an older relayd, or a process that ended while the
+    reply was built). ``argv_unavailable``: its command line could not be
+    read (a zombie, or a process in the middle of exec), and ``argv`` holds
+    its name from the kernel (``comm``) instead."""
 
     pid: int
     argv: Tuple[str, ...]
+    uid: Optional[int] = None
+    listens: Tuple[int, ...] = ()
+    start: Optional[int] = None
+    session: Optional[int] = None
+    argv_unavailable: bool = False
 
     @classmethod
     def _parse(cls, v: Any) -> "Survivor":
         if not isinstance(v, dict):
             raise UnexpectedReplyError("relayd's reply: a survivor is not an object")
         argv = _get(v, "argv", list, [])
-        return cls(pid=_get(v, "pid", int, 0), argv=tuple(str(a) for a in argv))
+
+        def known(name: str) -> Optional[int]:
+            n = _get(v, name, int)
+            return None if n is None or n < 0 or (n == 0 and name != "uid") else int(n)
+
+        return cls(pid=_get(v, "pid", int, 0), argv=tuple(str(a) for a in argv),
+                   uid=known("uid"), listens=tuple(int(p) for p in _get(v, "listens", list, [])),
+                   start=known("start"), session=known("session"),
+                   argv_unavailable=_get(v, "argvUnavailable", bool, False))
 
 
 def _survivors(msg: Mapping[str, Any]) -> Tuple[Survivor, ...]:
