@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"math"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -62,6 +64,12 @@ type Dialer struct {
 	// it the call ends as ErrReplyOverdue. It costs nothing per call,
 	// unlike a context with a deadline.
 	MaxWait time.Duration
+	// Log receives the client's warnings for people: a reply that says
+	// relayd ignored fields of the request it answers (protocol 4.6,
+	// "ignored"), one line per reply. nil: the log package's standard
+	// logger, as net/http's Server.ErrorLog, since a warning that nobody
+	// sees by default would not catch a misspelled field.
+	Log *log.Logger
 }
 
 func (d *Dialer) withDefaults() Dialer {
@@ -154,6 +162,14 @@ type call struct {
 	// (before giving up the turn, while the line is still valid).
 	decoded bool
 	result  error
+	ignored []string // the reply's "ignored": fields of the request relayd does not know
+}
+
+// take decodes the call's reply into cl.into and keeps its ignored list.
+func (cl *call) take(rep reply) error {
+	var err error
+	cl.ignored, err = decodeReply(rep, cl.want, cl.into)
+	return err
 }
 
 // reply is a reply line (a copy) and its kind.
@@ -351,7 +367,7 @@ func (c *Conn) dispatch(kind string, id []byte, line []byte, self *call) {
 			}
 		}
 	case cl != nil && cl == self:
-		self.result, self.decoded = decodeReply(reply{kind, line}, self.want, self.into), true
+		self.result, self.decoded = self.take(reply{kind, line}), true
 	case cl != nil:
 		deliver(cl, kind, line)
 	default:
@@ -531,6 +547,9 @@ func (c *Conn) roundTrip(ctx context.Context, msg any, cl *call, wait time.Durat
 		deadline = time.Now().Add(wait)
 	}
 	transport, err := c.await(cl, deadline)
+	if len(cl.ignored) > 0 {
+		c.warnIgnored(msg, cl.ignored)
+	}
 	if transport {
 		if errors.Is(err, ErrReplyOverdue) {
 			err = fmt.Errorf("%w (waited %s)", ErrReplyOverdue, wait)
@@ -569,7 +588,7 @@ func (c *Conn) await(cl *call, deadline time.Time) (transport bool, err error) {
 	}
 	select {
 	case rep := <-cl.reply:
-		return false, decodeReply(rep, cl.want, cl.into)
+		return false, cl.take(rep)
 	case c.readTurn <- struct{}{}:
 		return c.readFor(cl, deadline)
 	case <-c.dead:
@@ -587,7 +606,7 @@ func (c *Conn) readFor(cl *call, deadline time.Time) (transport bool, err error)
 	for {
 		select {
 		case rep := <-cl.reply: // read by the call that read before
-			return false, decodeReply(rep, cl.want, cl.into)
+			return false, cl.take(rep)
 		default:
 		}
 		if err := c.readOne(deadline, cl); err != nil {
@@ -604,7 +623,7 @@ func (c *Conn) readFor(cl *call, deadline time.Time) (transport bool, err error)
 func (c *Conn) lastReply(cl *call) (transport bool, err error) {
 	select {
 	case rep := <-cl.reply:
-		return false, decodeReply(rep, cl.want, cl.into)
+		return false, cl.take(rep)
 	default:
 		return true, c.failure()
 	}
@@ -631,26 +650,54 @@ func (c *Conn) write(msg any) error {
 }
 
 // decodeReply decodes rep, which should be of kind want, into v; an error
-// reply becomes an *Error.
-func decodeReply(rep reply, want string, v any) error {
+// reply becomes an *Error. It returns the reply's "ignored" list too.
+func decodeReply(rep reply, want string, v any) (ignored []string, err error) {
 	switch rep.kind {
 	case want:
 		if e, ok := v.(*Executed); ok && decodeExecutedFast(rep.line, e) {
-			return nil
+			return nil, nil // the fast path takes no reply with ignored
 		}
 		if err := json.Unmarshal(rep.line, v); err != nil {
-			return fmt.Errorf("%w: %s: %v", ErrBadReply, want, err)
+			return nil, fmt.Errorf("%w: %s: %v", ErrBadReply, want, err)
 		}
-		return nil
+		switch r := v.(type) {
+		case *Executed:
+			return r.Ignored, nil
+		case *Verified:
+			return r.Ignored, nil
+		case *Ready:
+			return r.Ignored, nil
+		}
+		return nil, nil
 	case kindError:
 		var e struct {
-			Error *Error `json:"error"`
+			Error   *Error   `json:"error"`
+			Ignored []string `json:"ignored"`
 		}
 		if err := json.Unmarshal(rep.line, &e); err != nil || e.Error == nil {
-			return fmt.Errorf("%w: an error without its error object", ErrBadReply)
+			return nil, fmt.Errorf("%w: an error without its error object", ErrBadReply)
 		}
-		return e.Error
+		return e.Ignored, e.Error
 	default:
-		return fmt.Errorf("%w: got %q; want %q", ErrBadReply, rep.kind, want)
+		return nil, fmt.Errorf("%w: got %q; want %q", ErrBadReply, rep.kind, want)
 	}
+}
+
+// warnIgnored logs, for people, that relayd did not know fields of the
+// request msg: misspelled, or newer than that relayd.
+func (c *Conn) warnIgnored(msg any, ignored []string) {
+	kind := kindExecute
+	if m, ok := msg.(map[string]any); ok {
+		kind, _ = m["kind"].(string)
+	}
+	quoted := make([]string, len(ignored))
+	for i, n := range ignored {
+		quoted[i] = fmt.Sprintf("%q", n)
+	}
+	logf := log.Printf
+	if c.cfg.Log != nil {
+		logf = c.cfg.Log.Printf
+	}
+	logf("relayd at %s ignored fields of a %s request that it does not know: %s (misspelled, or newer than that relayd; protocol 4.6)",
+		c.nc.RemoteAddr(), kind, strings.Join(quoted, ", "))
 }

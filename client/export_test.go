@@ -1,6 +1,9 @@
 package client
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // SetSettleSlack shortens the wait past the teardown budget for a test and
 // returns the function that restores it.
@@ -37,3 +40,11 @@ func Held(l *Listener) int {
 
 // LongHellos is how many peers hold one of l's long-hello slots.
 func LongHellos(l *Listener) int { return len(l.long) }
+
+// Send sends msg (token and id added) as a request of its kind and decodes
+// the reply into into (*Ready, *Executed, *Verified), as the methods do:
+// for a test's request with fields this client never sends.
+func Send(ctx context.Context, c *Conn, msg map[string]any, into any) error {
+	want := map[string]string{kindReady: kindReady, kindExecute: kindExecuted, kindVerify: kindVerified}[msg["kind"].(string)]
+	return c.roundTrip(ctx, msg, &call{want: want, into: into}, time.Minute)
+}

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/relayd/relayd/internal/protocol"
@@ -70,10 +71,39 @@ type Diagnostic struct {
 // Counted reports whether the diagnostic carries bytes and sha256.
 func (d Diagnostic) Counted() bool { return d.Bytes != nil }
 
-// Survivor is a process of a scope still alive after its subject exited.
+// Survivor is a process of a scope still alive after its subject exited,
+// with what a harness needs to judge it (protocol 4.6).
 type Survivor struct {
 	PID  int      `json:"pid"`
 	Argv []string `json:"argv"`
+	// ArgvUnavailable: relayd could not read the command line (a zombie, a
+	// process in the middle of exec); Argv holds the process's name from
+	// the kernel instead, or nothing.
+	ArgvUnavailable bool  `json:"argvUnavailable,omitempty"`
+	UID             int   `json:"uid"`     // real uid; -1 when relayd did not say (an older relayd, or the process ended)
+	Listens         []int `json:"listens"` // local TCP ports it listens on, ascending
+	Start           int64 `json:"start"`   // start time, milliseconds since the Unix epoch; 0 when unknown
+	Session         int   `json:"session"` // session id; 0 when unknown
+}
+
+// UnmarshalJSON reads a survivor; a UID relayd did not send is -1, not
+// root's 0.
+func (s *Survivor) UnmarshalJSON(b []byte) error {
+	type plain Survivor
+	p := plain{UID: -1}
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*s = Survivor(p)
+	return nil
+}
+
+// StartTime is Start as a time; the zero time when unknown.
+func (s Survivor) StartTime() time.Time {
+	if s.Start <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(s.Start)
 }
 
 // OnExit says what happens to a scope when its subject exits by itself
@@ -144,6 +174,9 @@ type Executed struct {
 	Signal     string `json:"signal,omitempty"` // a signal relayd did not send killed the subject
 	Detail     string `json:"detail,omitempty"` // a sentence for people when something went wrong
 	DurationMs int64  `json:"durationMs"`
+	// Ignored names the fields of the request that relayd did not know
+	// (protocol 4.6); the client has logged them (Dialer.Log).
+	Ignored []string `json:"ignored,omitempty"`
 }
 
 // Duration is the subject's wall time.
@@ -160,6 +193,10 @@ type Ready struct {
 	Version     string   `json:"version"`
 	Scope       string   `json:"scope"`              // the scope mechanism, e.g. "cgroup"
 	Detached    []string `json:"detached,omitempty"` // dial-out: detached executions (extension)
+	// Extensions lists what relayd serves beyond the base protocol, e.g.
+	// "stream", "detach", "ignored" (protocol 4.6); nil from an older relayd.
+	Extensions []string `json:"extensions,omitempty"`
+	Ignored    []string `json:"ignored,omitempty"` // fields of the request relayd did not know (protocol 4.6)
 }
 
 // Verified is relayd's reply to verify.
@@ -169,4 +206,5 @@ type Verified struct {
 	Quiescent        bool       `json:"quiescent"`
 	Survivors        []Survivor `json:"survivors"`
 	SurvivorsOmitted int        `json:"survivorsOmitted,omitempty"`
+	Ignored          []string   `json:"ignored,omitempty"` // fields of the request relayd did not know (protocol 4.6)
 }

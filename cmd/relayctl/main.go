@@ -14,8 +14,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -199,7 +201,9 @@ func loadToken(file string, getenv func(string) string) (string, error) {
 }
 
 func dispatch(ctx context.Context, verb string, o options, token string, command []string, out printer) (int, error) {
-	d := &client.Dialer{TeardownTimeout: o.teardownTimeout}
+	// A reply that says relayd ignored fields of relayctl's request (a
+	// relayd older than this relayctl) is one line on stderr.
+	d := &client.Dialer{TeardownTimeout: o.teardownTimeout, Log: log.New(out.stderr, "relayctl: ", 0)}
 	var c *client.Conn
 	var err error
 	if verb == "accept" {
@@ -456,6 +460,30 @@ func survivorWords(s []client.Survivor, omitted int) string {
 	return fmt.Sprintf("%d survivors", n)
 }
 
+// survivorNotes says what a person judging a survivor wants besides its
+// command line: the ports it listens on, its uid, whether argv is only
+// its name.
+func survivorNotes(sv client.Survivor) string {
+	var notes []string
+	if sv.ArgvUnavailable {
+		notes = append(notes, "command line unreadable, name shown")
+	}
+	if len(sv.Listens) > 0 {
+		ports := make([]string, len(sv.Listens))
+		for i, p := range sv.Listens {
+			ports[i] = strconv.Itoa(p)
+		}
+		notes = append(notes, "listens on "+strings.Join(ports, ", "))
+	}
+	if sv.UID >= 0 {
+		notes = append(notes, "uid "+strconv.Itoa(sv.UID))
+	}
+	if len(notes) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(notes, "; ") + ")"
+}
+
 // writeSurvivors lists the first ten survivors, one a line.
 func writeSurvivors(b *strings.Builder, s []client.Survivor) {
 	for i, sv := range s {
@@ -463,6 +491,6 @@ func writeSurvivors(b *strings.Builder, s []client.Survivor) {
 			fmt.Fprintf(b, "relayctl:   ... and %d more\n", len(s)-10)
 			break
 		}
-		fmt.Fprintf(b, "relayctl:   survivor %d %s\n", sv.PID, strings.Join(sv.Argv, " "))
+		fmt.Fprintf(b, "relayctl:   survivor %d %s%s\n", sv.PID, strings.Join(sv.Argv, " "), survivorNotes(sv))
 	}
 }

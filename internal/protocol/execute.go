@@ -36,6 +36,10 @@ type Execute struct {
 	Stream        bool   // false when absent
 	OnExit        string // OnExitLeave when absent
 	DetachMs      int64  // 0 when absent
+
+	// Ignored names the request's unknown top-level fields, for its
+	// started and executed replies (section 4.6); nil when none.
+	Ignored []string
 }
 
 // The values of onExit (section 4.5): what happens to the scope of a
@@ -168,6 +172,7 @@ func (m *Message) Execute() (*Execute, *Error) {
 	if x.DetachMs, e = m.milliseconds("detachMs"); e != nil {
 		return nil, e
 	}
+	x.Ignored = m.ignoredAs("execute")
 	return x, nil
 }
 

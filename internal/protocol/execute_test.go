@@ -62,9 +62,10 @@ func TestExecuteValid(t *testing.T) {
 				Credentials: map[string]string{"_KEY": ""}, CaptureStdout: true},
 		},
 		{
-			name: "unknown fields ignored",
+			name: "unknown fields ignored, and named",
 			line: `{"command":"x","future":[1,{"a":null}],"Command":5}`,
-			want: Execute{Command: "x", Args: []string{}, Environment: map[string]string{}, Credentials: map[string]string{}, CaptureStdout: true},
+			want: Execute{Command: "x", Args: []string{}, Environment: map[string]string{}, Credentials: map[string]string{}, CaptureStdout: true,
+				Ignored: []string{"future", "Command"}},
 		},
 		{
 			name: "extensions of section 4.5",

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -85,9 +86,14 @@ func referenceDecode(line []byte) (*Message, *Error) {
 	if fields == nil {
 		return nil, newError(CatBadJSON, "message is not a JSON object (it is null)")
 	}
-	m := &Message{}
+	m := &Message{line: line}
 	for i, n := range fieldNames {
 		m.fields[i] = fields[n]
+	}
+	for k := range fields {
+		if !slices.Contains(fieldNames[:], k) {
+			m.unknown = true
+		}
 	}
 	str := func(name string) (string, bool) {
 		raw, ok := fields[name]
@@ -110,6 +116,48 @@ func referenceDecode(line []byte) (*Message, *Error) {
 		m.ID = id
 	}
 	return m, nil
+}
+
+// referenceIgnored is Message.Ignored written the simple way: encoding/json
+// reads the top-level keys in order, and those kind does not read are
+// kept, cut and counted by section 4.6's bounds.
+func referenceIgnored(line []byte, kind string) []string {
+	known := map[string]bool{"kind": true, "token": true, "id": true}
+	switch kind {
+	case "execute":
+		for _, n := range []string{"command", "args", "environment", "credentials", "resultToken", "captureStdout", "cwd", "timeoutMs",
+			"captureStderr", "stream", "onExit", "detachMs"} {
+			known[n] = true
+		}
+	case "attach":
+		known["execution"] = true
+	}
+	d := json.NewDecoder(bytes.NewReader(line))
+	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	var names []string
+	for d.More() {
+		tok, err := d.Token()
+		if err != nil {
+			return nil
+		}
+		var value json.RawMessage
+		if err := d.Decode(&value); err != nil {
+			return nil
+		}
+		name := tok.(string)
+		if known[name] {
+			continue
+		}
+		for len(name) > MaxIgnoredName || len(name) > 0 && !utf8.ValidString(name) {
+			name = name[:len(name)-1] // a cut that split a character leaves it invalid
+		}
+		if len(names) < MaxIgnored && !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	return names
 }
 
 func FuzzDecode(f *testing.F) {
@@ -147,6 +195,8 @@ func FuzzDecode(f *testing.F) {
 		`{"command":"x","onExit":"s\u0065ttle","detachMs":0.5e1,"stream":null}`,
 		`{"token":"T","kind":"attach","id":9,"execution":"x-1"}`,
 		`{"kind":"attach","\u0065xecution":"x-\u0031","execution":7}`,
+		`{"token":"T","kind":"execute","command":"x","timeoutMS":500,"Kind":1,"timeoutMS":2,"execution":"x-1"}`,
+		`{"kind":"verify","command":"x","\u00e9":1,"\u00c3\u00a9":2,"\ud800":3,"\udfff":4,"a\"b":5}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -169,6 +219,9 @@ func FuzzDecode(f *testing.F) {
 			ra, rae := rm.Attach()
 			if a != ra || !reflect.DeepEqual(ae, rae) {
 				t.Fatalf("Attach: got %q, %v; from the reference decoder %q, %v", a, ae, ra, rae)
+			}
+			if got, want := m.Ignored(), referenceIgnored(line, m.Kind); !slices.Equal(got, want) || (got == nil) != (want == nil) {
+				t.Fatalf("Ignored: got %q; the reference gives %q", got, want)
 			}
 			for i, n := range fieldNames {
 				if !bytes.Equal(bytes.TrimSpace(m.fields[i]), bytes.TrimSpace(rm.fields[i])) {

@@ -37,6 +37,9 @@ type Message struct {
 	// (fieldNames), the last one when a name appears twice; nil when absent.
 	// They are slices of the decoded line. No other field is kept.
 	fields [len(fieldNames)]json.RawMessage
+
+	line    []byte // the decoded line, which Ignored walks again
+	unknown bool   // a top-level key matched none of fieldNames
 }
 
 // fieldNames are the top-level fields relayd reads: those of every message,
@@ -46,6 +49,14 @@ var fieldNames = [...]string{"kind", "token", "id",
 	"captureStderr", "stream", "onExit", "detachMs", // execute's extensions (section 4.5)
 	"execution", // attach's
 }
+
+// The ranges of fieldNames that each kind reads besides the first
+// commonFields (kind, token, id), which every kind reads.
+const (
+	commonFields           = 3
+	executeFrom, executeTo = 3, 15
+	attachFrom, attachTo   = 15, 16
+)
 
 // maxFieldName is the length of the longest of fieldNames.
 const maxFieldName = len("captureStdout")
@@ -102,10 +113,12 @@ func Decode(line []byte) (*Message, *Error) {
 	if jsonKind(line) != kindObject {
 		return nil, newError(CatBadJSON, "message is not a JSON object (it is %s)", jsonKindName(line))
 	}
-	m := &Message{}
+	m := &Message{line: line}
 	walkObject(line, func(key, value []byte) {
 		if i := fieldIndex(key); i >= 0 {
 			m.fields[i] = value
+		} else {
+			m.unknown = true
 		}
 	})
 	m.Kind, _ = m.stringField("kind")

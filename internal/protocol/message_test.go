@@ -206,3 +206,90 @@ func TestDecodeCostsAtMostTheLine(t *testing.T) {
 		})
 	}
 }
+
+// Ignored names the top-level fields relayd does not read for the
+// message's kind (section 4.6): in order, each once, case-exact, bounded.
+func TestIgnored(t *testing.T) {
+	long := strings.Repeat("é", MaxIgnoredName) // 512 bytes
+	var many strings.Builder
+	many.WriteString(`{"kind":"ready"`)
+	var manyWant []string
+	for i := 0; i < 2*MaxIgnored; i++ {
+		fmt.Fprintf(&many, `,"f%d":%d,"f0":0`, i, i)
+		if i < MaxIgnored {
+			manyWant = append(manyWant, fmt.Sprintf("f%d", i))
+		}
+	}
+	many.WriteString("}")
+	tests := []struct {
+		name, line string
+		want       []string
+	}{
+		{"none", `{"token":"T","kind":"execute","id":1,"command":"x","timeoutMs":5}`, nil},
+		{"misspelled", `{"token":"T","kind":"execute","command":"x","timeoutMS":500}`, []string{"timeoutMS"}},
+		{"case-exact", `{"Kind":"ready","kind":"ready","TOKEN":"T"}`, []string{"Kind", "TOKEN"}},
+		{"order and once", `{"b":1,"kind":"verify","a":2,"b":3,"a":{"x":1}}`, []string{"b", "a"}},
+		{"escapes resolved", `{"kind":"ready","time\u006fut":1,"timeout":2,"\u006bind":"ready"}`, []string{"timeout"}},
+		{"non-ASCII", `{"kind":"ready","\u00e9t\u00e9":1,"été":2,"\ud800":3}`, []string{"été", "\ufffd"}},
+		{"another kind's field", `{"kind":"verify","command":"x","execution":"x-1"}`, []string{"command", "execution"}},
+		{"execute does not read execution", `{"kind":"execute","command":"x","execution":"x-1"}`, []string{"execution"}},
+		{"attach does not read command", `{"kind":"attach","execution":"x-1","command":"x","stream":true}`, []string{"command", "stream"}},
+		{"unknown kind reads only kind, token, id", `{"kind":"frob","id":1,"command":"x","x":1}`, []string{"command", "x"}},
+		{"no kind", `{"token":"T","cwd":"/"}`, []string{"cwd"}},
+		{"bad id still names", `{"kind":"ready","id":{},"x":1}`, []string{"x"}},
+		{"long name cut", `{"kind":"ready","` + long + `":1,"` + long + `x":2}`, []string{long[:MaxIgnoredName]}},
+		{"odd cut at a character boundary", `{"kind":"ready","a` + long + `":1}`, []string{"a" + long[:MaxIgnoredName-2]}},
+		{"at most MaxIgnored", many.String(), manyWant},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, _ := Decode([]byte(tt.line))
+			if m == nil {
+				t.Fatalf("Decode: no message")
+			}
+			got := m.Ignored()
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) || (got == nil) != (tt.want == nil) {
+				t.Fatalf("Ignored: got %q; want %q", got, tt.want)
+			}
+		})
+	}
+	m, _ := Decode([]byte(`{"kind":"execute","command":"x","timeoutMS":500}`))
+	if x, e := m.Execute(); e != nil || fmt.Sprint(x.Ignored) != "[timeoutMS]" {
+		t.Fatalf("Execute: got %+v, %v; want Ignored [timeoutMS]", x, e)
+	}
+	if m.Execute(); m.Ignored() == nil {
+		t.Fatal("Ignored: got nil after Execute; want the line still walked")
+	}
+}
+
+// The ignored list is part of every reply to a request, after the reply's
+// own fields.
+func TestRepliesCarryIgnored(t *testing.T) {
+	ig := []string{"timeoutMS"}
+	for _, tt := range []struct {
+		v    any
+		want string
+	}{
+		{Verified{Kind: "verified", Ignored: ig}, `{"kind":"verified","quiescent":false,"survivors":[],"ignored":["timeoutMS"]}`},
+		{Started{Kind: "started", Execution: "x-1", Ignored: ig}, `{"kind":"started","execution":"x-1","ignored":["timeoutMS"]}`},
+		{ErrorReply{Kind: "error", Error: &Error{Category: CatBusy, Message: "m"}, Ignored: ig}, `{"kind":"error","error":{"category":"busy","message":"m"},"ignored":["timeoutMS"]}`},
+		{ErrorReply{Kind: "error", Error: &Error{Category: CatBusy, Message: "m"}}, `{"kind":"error","error":{"category":"busy","message":"m"}}`},
+	} {
+		b, err := json.Marshal(tt.v)
+		if err != nil || string(b) != tt.want {
+			t.Errorf("Marshal(%T): got %s, %v; want %s", tt.v, b, err, tt.want)
+		}
+	}
+	var buf bytes.Buffer
+	e := Executed{Kind: "executed", Stdout: strings.Repeat("x", streamAbove+1), Ignored: ig}
+	if err := WriteLine(&buf, e); err != nil || !strings.HasSuffix(buf.String(), `"durationMs":0,"ignored":["timeoutMS"]}`+"\n") {
+		t.Fatalf("WriteLine of a long executed: %v; got its end %q; want ignored last", err, tail(buf.String(), 60))
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}

@@ -43,6 +43,11 @@ type Ready struct {
 	// Detached names the executions waiting for an attach (section 4.5),
 	// in dial-out mode only; absent when there are none.
 	Detached []string `json:"detached,omitempty"`
+	// Extensions lists what this relayd serves (section 4.6, Extensions).
+	Extensions []string `json:"extensions,omitempty"`
+	// Ignored names the request's top-level fields relayd does not know
+	// (section 4.6, Message.Ignored); absent when there are none.
+	Ignored []string `json:"ignored,omitempty"`
 	// Debug is filled only by test builds (the relayd_faults tag), for
 	// tests that check relayd's own resources; production never sets it.
 	Debug map[string]int `json:"debug,omitempty"`
@@ -53,17 +58,30 @@ type Ready struct {
 // thousands of processes cannot make a reply grow with them.
 const MaxSurvivors = 1000
 
-// Survivor is a process of a scope still alive after its subject exited.
+// Survivor is a process of a scope still alive after its subject exited,
+// with what a harness needs to judge it (section 4.6): whose it is, what
+// it serves, since when.
 type Survivor struct {
 	PID  int      `json:"pid"`
 	Argv []string `json:"argv"` // [] in JSON when nil (unknown)
+	// ArgvUnavailable: the command line could not be read (a zombie, an
+	// exiting process, one read in the middle of an exec, twice); Argv
+	// then holds the kernel's name of the process (comm), or nothing.
+	ArgvUnavailable bool  `json:"argvUnavailable,omitempty"`
+	UID             int   `json:"uid"`     // the real uid; -1 when unknown (the process ended while the reply was built)
+	Listens         []int `json:"listens"` // local TCP ports it listens on, ascending; [] in JSON when nil
+	Start           int64 `json:"start"`   // start time, milliseconds since the Unix epoch; 0 when unknown
+	Session         int   `json:"session"` // session id; 0 when unknown
 }
 
-// MarshalJSON writes a nil Argv as [].
+// MarshalJSON writes a nil Argv or Listens as [].
 func (s Survivor) MarshalJSON() ([]byte, error) {
 	type plain Survivor
 	if s.Argv == nil {
 		s.Argv = []string{}
+	}
+	if s.Listens == nil {
+		s.Listens = []int{}
 	}
 	return json.Marshal(plain(s))
 }
@@ -93,6 +111,7 @@ type Executed struct {
 	StderrTruncated  *bool           `json:"stderrTruncated,omitempty"` // with captureStderr only
 	Detail           string          `json:"detail,omitempty"`
 	DurationMs       int64           `json:"durationMs"`
+	Ignored          []string        `json:"ignored,omitempty"` // the request's unknown fields (section 4.6)
 }
 
 // MarshalJSON writes a nil Survivors as [].
@@ -111,6 +130,7 @@ type Started struct {
 	Kind      string          `json:"kind"` // "started"
 	ID        json.RawMessage `json:"id,omitempty"`
 	Execution string          `json:"execution"`
+	Ignored   []string        `json:"ignored,omitempty"` // the execute's unknown fields, as in its executed reply
 }
 
 // Output is one coalesced piece of a streamed execution's output (section
@@ -135,6 +155,7 @@ type Verified struct {
 	Quiescent        bool            `json:"quiescent"`
 	Survivors        []Survivor      `json:"survivors"`                  // [] in JSON when nil; at most MaxSurvivors
 	SurvivorsOmitted int             `json:"survivorsOmitted,omitempty"` // survivors left out of Survivors
+	Ignored          []string        `json:"ignored,omitempty"`          // the request's unknown fields (section 4.6)
 }
 
 // MarshalJSON writes a nil Survivors as [].
@@ -151,4 +172,7 @@ type ErrorReply struct {
 	Kind  string          `json:"kind"` // "error"
 	ID    json.RawMessage `json:"id,omitempty"`
 	Error *Error          `json:"error"`
+	// Ignored names the request's unknown fields (section 4.6), on an
+	// error to a request that authenticated; absent otherwise.
+	Ignored []string `json:"ignored,omitempty"`
 }

@@ -97,7 +97,7 @@ func TestReplyJSON(t *testing.T) {
 				Scope: ScopeInfo{Mechanism: "cgroup"}, DurationMs: 1234},
 			`{"token":"T","kind":"executed","id":7,"termination":"exited","exitCode":0,` +
 				`"stdout":"{\"kind\":\"settled\",\"status\":\"completed\"}","diagnostic":{"category":"none"},` +
-				`"execution":"x-1","settlement":"none","survivors":[{"pid":4242,"argv":["sleep","600"]}],` +
+				`"execution":"x-1","settlement":"none","survivors":[{"pid":4242,"argv":["sleep","600"],"uid":0,"listens":[],"start":0,"session":0}],` +
 				`"scope":{"mechanism":"cgroup"},"durationMs":1234}`,
 		},
 		{
@@ -115,7 +115,7 @@ func TestReplyJSON(t *testing.T) {
 				Execution: "x-3", Settlement: SettleDestroyed, Survivors: []Survivor{{PID: 9}}, Scope: ScopeInfo{Mechanism: "cgroup"}},
 			`{"kind":"executed","termination":"framework_timeout","exitCode":124,"stdout":"",` +
 				`"diagnostic":{"category":"result-frame-missing","bytes":0,"sha256":"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},` +
-				`"execution":"x-3","settlement":"destroyed","survivors":[{"pid":9,"argv":[]}],"scope":{"mechanism":"cgroup"},"durationMs":0}`,
+				`"execution":"x-3","settlement":"destroyed","survivors":[{"pid":9,"argv":[],"uid":0,"listens":[],"start":0,"session":0}],"scope":{"mechanism":"cgroup"},"durationMs":0}`,
 		},
 		{
 			"verified, no survivors",
@@ -124,8 +124,13 @@ func TestReplyJSON(t *testing.T) {
 		},
 		{
 			"verified, survivors",
-			&Verified{Kind: "verified", ID: json.RawMessage(`"v"`), Survivors: []Survivor{{PID: 1, Argv: []string{"a"}}}},
-			`{"kind":"verified","id":"v","quiescent":false,"survivors":[{"pid":1,"argv":["a"]}]}`,
+			&Verified{Kind: "verified", ID: json.RawMessage(`"v"`), Survivors: []Survivor{{PID: 1, Argv: []string{"a"}, UID: 1000, Start: 1700000000000, Session: 1}}},
+			`{"kind":"verified","id":"v","quiescent":false,"survivors":[{"pid":1,"argv":["a"],"uid":1000,"listens":[],"start":1700000000000,"session":1}]}`,
+		},
+		{
+			"survivor whose argv could not be read",
+			Survivor{PID: 9, Argv: []string{"sh"}, ArgvUnavailable: true, UID: -1, Listens: []int{80, 8080}},
+			`{"pid":9,"argv":["sh"],"argvUnavailable":true,"uid":-1,"listens":[80,8080],"start":0,"session":0}`,
 		},
 		{
 			"error",

@@ -68,6 +68,7 @@ type executedTail struct {
 	StderrTruncated  *bool      `json:"stderrTruncated,omitempty"`
 	Detail           string     `json:"detail,omitempty"`
 	DurationMs       int64      `json:"durationMs"`
+	Ignored          []string   `json:"ignored,omitempty"`
 }
 
 func writeExecuted(w io.Writer, e Executed) error {
@@ -79,7 +80,7 @@ func writeExecuted(w io.Writer, e Executed) error {
 		return fmt.Errorf("%w: %v", ErrEncoding, err)
 	}
 	tail, err := json.Marshal(executedTail{e.Diagnostic, e.Execution, e.Settlement, e.Survivors, e.SurvivorsOmitted, e.Scope,
-		e.Signal, e.StdoutTruncated, e.Stderr, e.StderrTruncated, e.Detail, e.DurationMs})
+		e.Signal, e.StdoutTruncated, e.Stderr, e.StderrTruncated, e.Detail, e.DurationMs, e.Ignored})
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrEncoding, err)
 	}

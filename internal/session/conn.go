@@ -34,11 +34,12 @@ type conn struct {
 	lost    atomic.Bool // the peer is gone: nothing more is written
 	wmu     sync.Mutex  // one writer at a time: the loop, and a streamed execution's output
 
-	cur         *execution        // the running execution, if any (started here, or attached)
-	curID       json.RawMessage   // the id its executed reply echoes (the execute's or the attach's)
-	verifyIDs   []json.RawMessage // verify requests waiting for cur to end
-	kept        []exec.Scope      // scopes of exited subjects that left survivors
-	unconfirmed bool              // a settlement of this session lacked evidence
+	cur         *execution      // the running execution, if any (started here, or attached)
+	curID       json.RawMessage // the id its executed reply echoes (the execute's or the attach's)
+	curIgnored  []string        // and the unknown fields it names (section 4.6), of the same request
+	verifies    []request       // verify requests waiting for cur to end
+	kept        []exec.Scope    // scopes of exited subjects that left survivors
+	unconfirmed bool            // a settlement of this session lacked evidence
 	verified    bool
 }
 
@@ -127,7 +128,7 @@ func (cn *conn) finish(reason string) string {
 		case <-ex.announced:
 		case <-time.After(announceLimit):
 		}
-		cn.cur, cn.curID = nil, nil
+		cn.cur, cn.curID, cn.curIgnored = nil, nil, nil
 		ex.setOwner(nil, nil)
 		cn.srv.detach(ex, reason)
 		return reason
@@ -225,17 +226,22 @@ func (cn *conn) handle(line []byte) string {
 		_ = cn.c.SetReadDeadline(time.Time{}) // an authenticated peer may stay idle for hours
 		cn.log.Debug().Msg("authenticated")
 	}
+	// Every reply to this request names the fields relayd ignored in it
+	// (section 4.6); only an authenticated request costs the second walk.
+	ignored := msg.Ignored()
 	if perr != nil {
-		cn.writeError(msg.ID, perr.Category, perr.Message)
+		cn.refuse(msg.ID, ignored, perr.Category, perr.Message)
 		return ""
 	}
 	switch msg.Kind {
 	case "ready":
-		cn.write(cn.ready(msg.ID))
+		r := cn.ready(msg.ID)
+		r.Ignored = ignored
+		cn.write(r)
 	case "execute":
-		cn.execute(msg)
+		cn.execute(msg, ignored)
 	case "verify":
-		cn.verifyIDs = append(cn.verifyIDs, msg.ID)
+		cn.verifies = append(cn.verifies, request{msg.ID, ignored})
 		if cn.dialOut {
 			cn.settleDetached()
 		}
@@ -245,11 +251,11 @@ func (cn *conn) handle(line []byte) string {
 		}
 		return cn.answerVerifies()
 	case "attach":
-		cn.attach(msg)
+		cn.attach(msg, ignored)
 	case "":
-		cn.writeError(msg.ID, protocol.CatUnknownKind, `message has no "kind": expected "ready", "execute", "verify" or "attach"`)
+		cn.refuse(msg.ID, ignored, protocol.CatUnknownKind, `message has no "kind": expected "ready", "execute", "verify" or "attach"`)
 	default:
-		cn.writeError(msg.ID, protocol.CatUnknownKind,
+		cn.refuse(msg.ID, ignored, protocol.CatUnknownKind,
 			fmt.Sprintf(`unknown kind %q: expected "ready", "execute", "verify" or "attach"`, safeKind(msg.Kind)))
 	}
 	return ""
@@ -263,49 +269,49 @@ func safeKind(k string) string {
 	return k
 }
 
-func (cn *conn) execute(msg *protocol.Message) {
+func (cn *conn) execute(msg *protocol.Message, ignored []string) {
 	req, perr := msg.Execute()
 	if perr != nil {
-		cn.writeError(msg.ID, perr.Category, perr.Message)
+		cn.refuse(msg.ID, ignored, perr.Category, perr.Message)
 		return
 	}
 	if cn.cur != nil {
-		cn.writeError(msg.ID, protocol.CatBusy,
+		cn.refuse(msg.ID, ignored, protocol.CatBusy,
 			fmt.Sprintf("execution %s is still running on this connection; wait for its executed reply (or send verify to end it)", cn.cur.id))
 		return
 	}
 	if !cn.srv.admit() {
-		cn.writeError(msg.ID, protocol.CatShuttingDown, "relayd is shutting down and starts no new execution")
+		cn.refuse(msg.ID, ignored, protocol.CatShuttingDown, "relayd is shutting down and starts no new execution")
 		return
 	}
-	cn.cur, cn.curID = cn.srv.startExecution(cn, req, msg.ID, cn.log), msg.ID
+	cn.cur, cn.curID, cn.curIgnored = cn.srv.startExecution(cn, req, msg.ID, cn.log), msg.ID, req.Ignored
 }
 
 // attach takes over a detached execution (section 4.5): its output from
 // now on and its executed reply, which echoes the attach's id, come here.
-func (cn *conn) attach(msg *protocol.Message) {
+func (cn *conn) attach(msg *protocol.Message, ignored []string) {
 	name, perr := msg.Attach()
 	if perr != nil {
-		cn.writeError(msg.ID, perr.Category, perr.Message)
+		cn.refuse(msg.ID, ignored, perr.Category, perr.Message)
 		return
 	}
 	if cn.cur != nil {
-		cn.writeError(msg.ID, protocol.CatBusy,
+		cn.refuse(msg.ID, ignored, protocol.CatBusy,
 			fmt.Sprintf("execution %s is still running on this connection; attach once its executed reply came", cn.cur.id))
 		return
 	}
 	ex, stopping := cn.srv.attach(name)
 	switch {
 	case stopping:
-		cn.writeError(msg.ID, protocol.CatShuttingDown, "relayd is shutting down and settles every execution; nothing can be attached")
+		cn.refuse(msg.ID, ignored, protocol.CatShuttingDown, "relayd is shutting down and settles every execution; nothing can be attached")
 		return
 	case ex == nil:
-		cn.writeError(msg.ID, protocol.CatNotFound,
+		cn.refuse(msg.ID, ignored, protocol.CatNotFound,
 			`attach: no detached execution has that name ("execution"): it does not exist, runs on a connection, or nobody attached within its detachMs`)
 		return
 	}
 	ex.setOwner(cn, msg.ID)
-	cn.cur, cn.curID = ex, msg.ID
+	cn.cur, cn.curID, cn.curIgnored = ex, msg.ID, ignored
 	cn.log.Info().Str("execution", ex.id).Msg("execution attached")
 }
 
@@ -342,23 +348,23 @@ func (cn *conn) finished(res protocol.Executed) {
 		ex.stream.owed(cn, cn.curID)
 	}
 	res.Token = cn.token()
-	res.ID = cn.curID
-	cn.curID = nil
+	res.ID, res.Ignored = cn.curID, cn.curIgnored
+	cn.curID, cn.curIgnored = nil, nil
 	cn.write(res)
 }
 
 // answerVerifies answers the verify requests that waited for the running
 // execution. In dial-out mode a verify ends the session.
 func (cn *conn) answerVerifies() string {
-	if len(cn.verifyIDs) == 0 || cn.cur != nil {
+	if len(cn.verifies) == 0 || cn.cur != nil {
 		return ""
 	}
-	for _, id := range cn.verifyIDs {
-		v := protocol.Verified{Token: cn.token(), Kind: "verified", ID: id, Quiescent: !cn.unconfirmed}
+	for _, rq := range cn.verifies {
+		v := protocol.Verified{Token: cn.token(), Kind: "verified", ID: rq.id, Quiescent: !cn.unconfirmed, Ignored: rq.ignored}
 		v.Survivors, v.SurvivorsOmitted = cn.survivors()
 		cn.write(v)
 	}
-	cn.verifyIDs = nil
+	cn.verifies = nil
 	cn.verified = true
 	if cn.dialOut {
 		return "verified"
@@ -400,11 +406,25 @@ func (cn *conn) ready(id json.RawMessage) protocol.Ready {
 	cfg := cn.srv.cfg
 	r := protocol.Ready{Token: cn.token(), Kind: "ready", ID: id, Instruction: cfg.Instruction,
 		Cwd: cfg.Workspace, Protocol: protocol.Version, Version: cfg.Version, Scope: cfg.Mechanism,
-		Debug: debugInfo()}
+		Extensions: protocol.Extensions, Debug: debugInfo()}
 	if cn.dialOut {
 		r.Detached = cn.srv.detachedNames()
 	}
 	return r
+}
+
+// request is what every reply to one request echoes: its id, and the
+// fields relayd ignored in it (section 4.6).
+type request struct {
+	id      json.RawMessage
+	ignored []string
+}
+
+// refuse answers a request that authenticated with an error that echoes
+// its id and names its ignored fields.
+func (cn *conn) refuse(id json.RawMessage, ignored []string, category, message string) {
+	cn.write(protocol.ErrorReply{Kind: "error", ID: id, Ignored: ignored,
+		Error: &protocol.Error{Category: category, Message: message}})
 }
 
 func (cn *conn) writeError(id json.RawMessage, category, message string) {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -115,7 +114,7 @@ func (ex *execution) announce() {
 		return
 	}
 	if cn, id := ex.destination(); cn != nil {
-		cn.write(protocol.Started{Token: cn.token(), Kind: "started", ID: id, Execution: ex.id})
+		cn.write(protocol.Started{Token: cn.token(), Kind: "started", ID: id, Execution: ex.id, Ignored: ex.req.Ignored})
 	}
 	if ex.stream != nil {
 		ex.stream.start()
@@ -494,34 +493,6 @@ func lookAfterExit(scope exec.Scope) ([]exec.Member, error) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-}
-
-// describe turns members into survivors, in pid order, leaving out the
-// subject itself and any pid listed twice. It lists at most
-// protocol.MaxSurvivors and counts the rest; only those listed have their
-// command line read (exec.Argv reads at most 4 KiB of one).
-func describe(members []exec.Member, subject int) (list []protocol.Survivor, omitted int) {
-	pids := make([]int, 0, len(members))
-	for _, m := range members {
-		if m.PID != subject {
-			pids = append(pids, m.PID)
-		}
-	}
-	slices.Sort(pids)
-	pids = slices.Compact(pids)
-	if len(pids) > protocol.MaxSurvivors {
-		omitted = len(pids) - protocol.MaxSurvivors
-		pids = pids[:protocol.MaxSurvivors]
-	}
-	list = make([]protocol.Survivor, 0, len(pids))
-	for _, pid := range pids {
-		argv := exec.Argv(pid)
-		if argv == nil {
-			argv = []string{}
-		}
-		list = append(list, protocol.Survivor{PID: pid, Argv: argv})
-	}
-	return list, omitted
 }
 
 // spawnFailure maps a failed start to the exit code and detail of protocol

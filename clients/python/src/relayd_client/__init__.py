@@ -23,6 +23,7 @@ from .errors import (
     BadRequestError,
     BusyError,
     ConnectionLostError,
+    IgnoredFieldsWarning,
     LineTooLongError,
     NotFoundError,
     ProtocolError,
@@ -59,4 +60,5 @@ __all__ = [
     "RelaydError", "ProtocolError", "BadJSONError", "LineTooLongError", "UnauthenticatedError",
     "BadRequestError", "UnknownKindError", "BusyError", "ShuttingDownError", "NotFoundError",
     "ConnectionLostError", "ReplyTimeoutError", "UnexpectedReplyError", "ResultCarrierError",
+    "IgnoredFieldsWarning",
 ]

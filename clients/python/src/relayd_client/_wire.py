@@ -5,10 +5,11 @@ from __future__ import annotations
 import hmac
 import json
 import socket
+import warnings
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
-from .errors import CLOSING, ProtocolError, UnexpectedReplyError, error_for
-from .results import Executed, Output, Ready, Verified
+from .errors import CLOSING, IgnoredFieldsWarning, ProtocolError, UnexpectedReplyError, error_for
+from .results import Executed, Output, Ready, Verified, ignored_of
 
 Address = Union[str, Tuple[str, int]]
 
@@ -143,13 +144,21 @@ class Call:
         self.on_output = on_output
         self.on_started = on_started
         self.execution = ""
+        # The answer's "ignored" (protocol 4.6): fields relayd did not know.
+        self.ignored: Tuple[str, ...] = ()
 
-    def take(self, msg: Dict[str, Any]) -> Optional[Reply]:
-        """The result when msg answers this call, None for an intermediate
-        message (started, output); raises for an error."""
+    def take(self, msg: Dict[str, Any], raw: bool = False) -> Optional[Reply]:
+        """The result when msg answers this call (msg itself when raw), None
+        for an intermediate message (started, output); raises for an error."""
         kind = msg["kind"]
+        if kind in ("error", self.want):
+            self.ignored = ignored_of(msg)
+        if raw and kind == self.want:
+            return msg
         if kind == "error":
-            raise error_from(msg)
+            err = error_from(msg)
+            err.ignored = self.ignored
+            raise err
         if kind == "started":
             self.execution = str(msg.get("execution", ""))
             if self.on_started is not None:
@@ -171,6 +180,16 @@ class Call:
 
 
 WANT = {"ready": "ready", "execute": "executed", "verify": "verified", "attach": "executed"}
+
+
+def warn_ignored(call: Call, kind: str) -> None:
+    """Warn (IgnoredFieldsWarning) when relayd's answer to call named fields
+    it did not know; stacklevel points at the line that called the client."""
+    if call.ignored:
+        names = ", ".join(repr(n) for n in call.ignored)
+        warnings.warn(IgnoredFieldsWarning(
+            f"relayd ignored fields of a {kind} request that it does not know: {names} "
+            "(misspelled, or newer than that relayd; protocol 4.6)"), stacklevel=4)
 
 
 def error_from(msg: Mapping[str, Any]) -> ProtocolError:

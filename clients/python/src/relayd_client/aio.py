@@ -168,8 +168,14 @@ class AsyncClient:
     ) -> _wire.Reply:
         id = self._next_id
         self._next_id += 1
-        return await self._exchange(_wire.encode({"token": self._token, **msg, "id": id}),
-                                    _wire.Call(id, want, on_output, on_started), wait, raw)
+        call = _wire.Call(id, want, on_output, on_started)
+        try:
+            r = await self._exchange(_wire.encode({"token": self._token, **msg, "id": id}), call, wait, raw)
+        except ProtocolError:
+            _wire.warn_ignored(call, str(msg.get("kind")))
+            raise
+        _wire.warn_ignored(call, str(msg.get("kind")))
+        return r
 
     async def _exchange(self, line: bytes, call: _wire.Call, wait: Optional[float], raw: bool = False) -> _wire.Reply:
         if self._lost is not None:
@@ -244,7 +250,7 @@ class AsyncClient:
         if fut.done():
             return
         try:
-            r = msg if raw and msg["kind"] == call.want else call.take(msg)
+            r = call.take(msg, raw)
         except ProtocolError as e:
             fut.set_exception(e)
             if _wire.closes(e):

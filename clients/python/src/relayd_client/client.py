@@ -184,9 +184,11 @@ class Client:
             id = self._next_id
             self._next_id += 1
             line = _wire.encode({"token": self._token, **msg, "id": id})
+            call = _wire.Call(id, want, on_output, on_started)
             try:
-                return self._exchange(line, _wire.Call(id, want, on_output, on_started), wait, raw)
+                r = self._exchange(line, call, wait, raw)
             except ProtocolError:
+                _wire.warn_ignored(call, str(msg.get("kind")))
                 raise  # the connection stays open unless relayd closes it (handled in _exchange)
             except BaseException:
                 # Interrupted (KeyboardInterrupt, a callback that raised) or lost:
@@ -194,6 +196,8 @@ class Client:
                 # more. Closing it makes relayd settle what still runs.
                 self.close()
                 raise
+        _wire.warn_ignored(call, str(msg.get("kind")))
+        return r
 
     def _exchange(self, line: bytes, call: _wire.Call, wait: Optional[float], raw: bool = False) -> _wire.Reply:
         deadline = None if wait is None else time.monotonic() + wait
@@ -222,9 +226,7 @@ class Client:
                 self.close()
                 raise UnexpectedReplyError(f"relayd sent a {msg['kind']} for request {mid!r} while request {call.id} waited")
             try:
-                if raw and msg["kind"] == call.want:
-                    return msg
-                r = call.take(msg)
+                r = call.take(msg, raw)
             except ProtocolError as e:
                 if _wire.closes(e) or sent_error is not None:
                     self.close()

@@ -4,7 +4,7 @@ and a reply that breaks the protocol."""
 
 from __future__ import annotations
 
-from typing import Dict, Type, Union
+from typing import Dict, Tuple, Type, Union
 
 __all__ = [
     "RelaydError",
@@ -21,6 +21,7 @@ __all__ = [
     "ReplyTimeoutError",
     "UnexpectedReplyError",
     "ResultCarrierError",
+    "IgnoredFieldsWarning",
 ]
 
 
@@ -44,6 +45,8 @@ class ProtocolError(RelaydError):
         self.category = category
         self.message = message
         self.id = id
+        # The fields of the request relayd did not know (protocol 4.6).
+        self.ignored: Tuple[str, ...] = ()
 
 
 class BadJSONError(ProtocolError):
@@ -146,3 +149,13 @@ class ResultCarrierError(RelaydError, ValueError):
     """write_result cannot write a frame: no MAKA_EVAL_RESULT_TOKEN, a
     malformed one, or a payload that is not UTF-8 or is over 2048 bytes."""
 
+
+
+class IgnoredFieldsWarning(UserWarning):
+    """relayd answered a request but did not know some of its top-level
+    fields (protocol 4.6, ``ignored``): a misspelled field (``timeoutMS``),
+    or one newer than that relayd. The fields had no effect. Issued with
+    the warnings module, once per reply, pointing at the caller's line;
+    ``warnings.simplefilter("error", IgnoredFieldsWarning)`` makes it an
+    exception, and ``ignored`` on the reply (or the ProtocolError) holds
+    the names."""

@@ -50,19 +50,45 @@ def _get(msg: Mapping[str, Any], name: str, typ: Any, default: Any = None) -> An
     return v
 
 
+def ignored_of(msg: Mapping[str, Any]) -> Tuple[str, ...]:
+    """A reply's ``ignored`` (protocol 4.6): the request's fields relayd did not know."""
+    return tuple(str(n) for n in _get(msg, "ignored", list, []))
+
+
 @dataclass(frozen=True)
 class Survivor:
-    """A process of an exited subject's scope that was left running."""
+    """A process of an exited subject's scope that was left running.
+
+    ``uid`` is its real uid, ``listens`` the local TCP ports it listens on,
+    ``start`` its start time in milliseconds since the Unix epoch,
+    ``session`` its session id; each is None (``listens`` empty) when
+    relayd did not say (an older relayd, or a process that ended while the
+    reply was built). ``argv_unavailable``: its command line could not be
+    read (a zombie, or a process in the middle of exec), and ``argv`` holds
+    its name from the kernel (``comm``) instead."""
 
     pid: int
     argv: Tuple[str, ...]
+    uid: Optional[int] = None
+    listens: Tuple[int, ...] = ()
+    start: Optional[int] = None
+    session: Optional[int] = None
+    argv_unavailable: bool = False
 
     @classmethod
     def _parse(cls, v: Any) -> "Survivor":
         if not isinstance(v, dict):
             raise UnexpectedReplyError("relayd's reply: a survivor is not an object")
         argv = _get(v, "argv", list, [])
-        return cls(pid=_get(v, "pid", int, 0), argv=tuple(str(a) for a in argv))
+
+        def known(name: str) -> Optional[int]:
+            n = _get(v, name, int)
+            return None if n is None or n < 0 or (n == 0 and name != "uid") else int(n)
+
+        return cls(pid=_get(v, "pid", int, 0), argv=tuple(str(a) for a in argv),
+                   uid=known("uid"), listens=tuple(int(p) for p in _get(v, "listens", list, [])),
+                   start=known("start"), session=known("session"),
+                   argv_unavailable=_get(v, "argvUnavailable", bool, False))
 
 
 def _survivors(msg: Mapping[str, Any]) -> Tuple[Survivor, ...]:
@@ -91,6 +117,9 @@ class Ready:
     version: str
     scope: str
     detached: Tuple[str, ...] = ()
+    # What relayd serves beyond the base protocol (4.6), e.g. "stream", "ignored"; () from an older relayd.
+    extensions: Tuple[str, ...] = ()
+    ignored: Tuple[str, ...] = ()
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -102,6 +131,8 @@ class Ready:
             version=_get(msg, "version", str, ""),
             scope=_get(msg, "scope", str, ""),
             detached=tuple(_get(msg, "detached", list, [])),
+            extensions=tuple(str(x) for x in _get(msg, "extensions", list, [])),
+            ignored=ignored_of(msg),
             raw=msg,
         )
 
@@ -134,6 +165,8 @@ class Executed:
     # Extensions (protocol 4.5): present when relayd supports them and they were asked for.
     stderr: Optional[str] = None
     stderr_truncated: Optional[bool] = None
+    # The request's fields relayd did not know (protocol 4.6); the client warned about them.
+    ignored: Tuple[str, ...] = ()
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -179,6 +212,7 @@ class Executed:
             duration_ms=_get(msg, "durationMs", int),
             stderr=_get(msg, "stderr", str),
             stderr_truncated=_get(msg, "stderrTruncated", bool),
+            ignored=ignored_of(msg),
             raw=msg,
         )
 
@@ -193,6 +227,7 @@ class Verified:
     quiescent: bool
     survivors: Tuple[Survivor, ...]
     survivors_omitted: int = 0
+    ignored: Tuple[str, ...] = ()
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -202,6 +237,7 @@ class Verified:
             quiescent=_get(msg, "quiescent", bool, False),
             survivors=_survivors(msg),
             survivors_omitted=_get(msg, "survivorsOmitted", int, 0),
+            ignored=ignored_of(msg),
             raw=msg,
         )
 

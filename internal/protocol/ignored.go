@@ -1,0 +1,110 @@
+package protocol
+
+import "unicode/utf8"
+
+// Bounds of the "ignored" list of a reply (section 4.6, "Unknown fields are
+// named"): at most MaxIgnored names, each cut to at most MaxIgnoredName
+// bytes, so that a request of a million unknown fields gets a short reply.
+const (
+	MaxIgnored     = 64
+	MaxIgnoredName = 256
+)
+
+// Extensions are what this relayd serves beyond section 4.2's contract, as
+// ready's "extensions" lists them (section 4.6): the execute fields and
+// messages of section 4.5 by name ("detach" is detachMs with attach), and
+// "ignored" for the ignored list itself, so that a client can tell a reply
+// without it from an older relayd's.
+var Extensions = []string{"captureStderr", "stream", "onExit", "detach", "ignored"}
+
+// reads reports whether a message of kind k reads fieldNames[i]: every
+// kind reads kind, token and id; execute and attach read their own. A
+// kind relayd does not know reads nothing else.
+func reads(k string, i int) bool {
+	switch {
+	case i < commonFields:
+		return true
+	case k == "execute":
+		return i >= executeFrom && i < executeTo
+	case k == "attach":
+		return i >= attachFrom && i < attachTo
+	}
+	return false
+}
+
+// Ignored returns the top-level fields of m that relayd does not read for
+// its kind, for the reply's "ignored": in the order they first appear,
+// each name once (keys unescaped and compared case-exact, as Decode
+// compares them), a name longer than MaxIgnoredName bytes cut there at a
+// character boundary, and at most MaxIgnored names. It is nil when relayd
+// reads every field. A field of another kind counts as ignored ("command"
+// in a verify). Ignored walks the line again: it is for a request that
+// authenticated, and costs nothing when Decode saw no such field.
+func (m *Message) Ignored() []string { return m.ignoredAs(m.Kind) }
+
+// ignoredAs is Ignored for a message of kind k, whatever its "kind" says
+// (Execute reads a message as an execute).
+func (m *Message) ignoredAs(k string) []string {
+	if !m.unknown && !m.readsOtherKind(k) {
+		return nil
+	}
+	var names []string
+	seen := map[string]bool{}
+	walkObject(m.line, func(key, _ []byte) {
+		if len(names) == MaxIgnored {
+			return
+		}
+		if i := fieldIndex(key); i >= 0 && reads(k, i) {
+			return
+		}
+		if plainKey(key) && len(key) <= MaxIgnoredName && seen[string(key)] {
+			return // a repeat, without building its name again
+		}
+		name, ok := unquote(key)
+		if !ok {
+			return // not in a line Decode accepted
+		}
+		name = cutName(name)
+		if seen[name] {
+			return
+		}
+		seen[name] = true
+		names = append(names, name)
+	})
+	return names
+}
+
+// readsOtherKind reports whether m holds a field that relayd reads for
+// another kind than k.
+func (m *Message) readsOtherKind(k string) bool {
+	for i := commonFields; i < len(fieldNames); i++ {
+		if m.fields[i] != nil && !reads(k, i) {
+			return true
+		}
+	}
+	return false
+}
+
+// plainKey reports whether the raw key needs no unescaping: printable
+// ASCII without a backslash.
+func plainKey(key []byte) bool {
+	for _, c := range key {
+		if c == '\\' || c < ' ' || c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// cutName cuts name to at most MaxIgnoredName bytes without splitting a
+// UTF-8 sequence.
+func cutName(name string) string {
+	if len(name) <= MaxIgnoredName {
+		return name
+	}
+	cut := MaxIgnoredName
+	for cut > 0 && !utf8.RuneStart(name[cut]) {
+		cut--
+	}
+	return name[:cut]
+}

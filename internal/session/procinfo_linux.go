@@ -1,0 +1,178 @@
+package session
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// The /proc reading of describe (survivors.go): a survivor's uid, session,
+// start time and name, the boot time, and the listening TCP sockets.
+
+// clockTicks is the unit of /proc/PID/stat's starttime: USER_HZ, 100 on
+// every Linux architecture Go supports (sysconf(_SC_CLK_TCK) needs cgo).
+const clockTicks = 100
+
+// maxDescriptors bounds the descriptors of one survivor looked at for
+// listening sockets, so that a process with a million open files costs a
+// bounded reply.
+const maxDescriptors = 4096
+
+// procInfo is what describe reads of one process besides its command line.
+type procInfo struct {
+	comm       string // the kernel's name of the process, at most 15 bytes
+	state      byte   // 'R', 'S', 'Z', ...
+	session    int
+	startTicks uint64 // clock ticks after boot
+	uid        int    // real uid
+}
+
+// readProcInfo reads /proc/PID/stat and the Uid line of /proc/PID/status;
+// false when the process is gone (or its entries unreadable).
+func readProcInfo(pid int) (procInfo, bool) {
+	dir := "/proc/" + strconv.Itoa(pid)
+	b, err := os.ReadFile(dir + "/stat")
+	if err != nil {
+		return procInfo{}, false
+	}
+	info, ok := parseProcStat(b)
+	if !ok {
+		return procInfo{}, false
+	}
+	status, err := os.ReadFile(dir + "/status")
+	if err != nil {
+		return procInfo{}, false
+	}
+	if info.uid, ok = parseUID(status); !ok {
+		return procInfo{}, false
+	}
+	return info, true
+}
+
+// parseProcStat reads comm, state, session and starttime from a
+// /proc/PID/stat line. The name may hold spaces and parentheses: it ends
+// at the last ')'.
+func parseProcStat(b []byte) (procInfo, bool) {
+	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || end < open || end+2 >= len(b) {
+		return procInfo{}, false
+	}
+	f := bytes.Fields(b[end+2:])
+	// state(3) ppid(4) pgrp(5) session(6) ... starttime(22), counted from 1 over the whole line.
+	if len(f) < 20 || len(f[0]) != 1 {
+		return procInfo{}, false
+	}
+	info := procInfo{comm: string(b[open+1 : end]), state: f[0][0]}
+	var err error
+	if info.session, err = strconv.Atoi(string(f[3])); err != nil {
+		return procInfo{}, false
+	}
+	if info.startTicks, err = strconv.ParseUint(string(f[19]), 10, 64); err != nil {
+		return procInfo{}, false
+	}
+	return info, true
+}
+
+// parseUID returns the real uid of a /proc/PID/status ("Uid:\treal\teffective\t...").
+func parseUID(status []byte) (int, bool) {
+	for _, line := range bytes.Split(status, []byte{'\n'}) {
+		if rest, ok := bytes.CutPrefix(line, []byte("Uid:")); ok {
+			f := bytes.Fields(rest)
+			if len(f) == 0 {
+				return 0, false
+			}
+			uid, err := strconv.Atoi(string(f[0]))
+			return uid, err == nil
+		}
+	}
+	return 0, false
+}
+
+// bootTime returns the boot time in seconds since the Unix epoch (the
+// btime line of /proc/stat).
+func bootTime() (int64, bool) {
+	f, err := os.Open("/proc/stat")
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20) // a machine of many CPUs has long lines
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "btime "); ok {
+			bt, err := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
+			return bt, err == nil && bt > 0
+		}
+	}
+	return 0, false
+}
+
+// readListening adds the listening TCP sockets of relayd's network
+// namespace (/proc/net/tcp and tcp6) to into, by inode. An unreadable
+// table adds nothing.
+func readListening(into map[uint64]int) {
+	for _, name := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		if f, err := os.Open(name); err == nil {
+			parseListening(f, into)
+			f.Close()
+		}
+	}
+}
+
+// parseListening adds the rows of a /proc/net/tcp or tcp6 table that are
+// in the LISTEN state (st 0A) to into: inode → local port. Other rows, the
+// header and malformed lines are skipped.
+//
+//	sl  local_address rem_address   st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode ...
+//	0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000 1000 0 12345 1 ...
+func parseListening(r io.Reader, into map[uint64]int) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 10 || f[3] != "0A" {
+			continue
+		}
+		_, portHex, ok := strings.Cut(f[1], ":")
+		if !ok {
+			continue
+		}
+		port, err := strconv.ParseUint(portHex, 16, 16)
+		if err != nil {
+			continue
+		}
+		ino, err := strconv.ParseUint(f[9], 10, 64)
+		if err != nil || ino == 0 {
+			continue
+		}
+		into[ino] = int(port)
+	}
+}
+
+// socketInodes returns the inodes of the sockets among the first max
+// descriptors of pid (links "socket:[N]" in /proc/PID/fd); none when they
+// cannot be read (another user's process, when relayd is not root).
+func socketInodes(pid, max int) []uint64 {
+	dir := "/proc/" + strconv.Itoa(pid) + "/fd/"
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(max)
+	var out []uint64
+	for _, n := range names {
+		link, err := os.Readlink(dir + n)
+		if err != nil {
+			continue
+		}
+		if num, ok := strings.CutPrefix(link, "socket:["); ok {
+			if ino, err := strconv.ParseUint(strings.TrimSuffix(num, "]"), 10, 64); err == nil {
+				out = append(out, ino)
+			}
+		}
+	}
+	return out
+}

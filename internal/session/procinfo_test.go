@@ -1,0 +1,116 @@
+package session
+
+import (
+	"bufio"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	relaydexec "github.com/relayd/relayd/internal/exec"
+)
+
+// parseListening keeps the LISTEN rows (st 0A) of /proc/net/tcp and tcp6,
+// by inode, and skips the header, other states and malformed lines.
+func TestParseListening(t *testing.T) {
+	tcp := `  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 12345 1 0000000000000000 100 0 0 10 0
+   1: 0100007F:1F90 0100007F:D431 01 00000000:00000000 00:00000000 00000000  1000        0 12346 1 0000000000000000 20 4 30 10 -1
+   2: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 0 1 0000000000000000 100 0 0 10 0
+   3: garbage
+   4: 00000000:ZZZZ 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 777 1
+`
+	tcp6 := `  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000000000000000000000000000:2328 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 99 1 0000000000000000 100 0 0 10 0
+   1: 00000000000000000000000001000000:0050 00000000000000000000000000000000:0000 06 00000000:00000000 00:00000000 00000000     0        0 98 1
+`
+	got := map[uint64]int{}
+	parseListening(strings.NewReader(tcp), got)
+	parseListening(strings.NewReader(tcp6), got)
+	want := map[uint64]int{12345: 8080, 99: 9000}
+	if len(got) != len(want) || got[12345] != 8080 || got[99] != 9000 {
+		t.Fatalf("parseListening: got %v; want %v", got, want)
+	}
+}
+
+// parseProcStat takes the name up to the last ')', whatever it holds.
+func TestParseProcStat(t *testing.T) {
+	line := "4242 (a) (b c) S 1 4242 4200 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000000 100 18446744073709551615\n"
+	info, ok := parseProcStat([]byte(line))
+	if !ok || info.comm != "a) (b c" || info.state != 'S' || info.session != 4200 || info.startTicks != 987654 {
+		t.Fatalf("parseProcStat: got %+v, %v; want comm %q, state S, session 4200, start 987654", info, ok, "a) (b c")
+	}
+	for _, bad := range []string{"", "1 (x", "1 (x) S 1 2", "1 (x) S 1 2 z 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0"} {
+		if _, ok := parseProcStat([]byte(bad)); ok {
+			t.Errorf("parseProcStat(%q): got ok; want a failure", bad)
+		}
+	}
+	if uid, ok := parseUID([]byte("Name:\tx\nUid:\t1000\t0\t0\t0\nGid:\t1\n")); !ok || uid != 1000 {
+		t.Errorf("parseUID: got %d, %v; want the real uid 1000", uid, ok)
+	}
+}
+
+// A survivor carries its uid, session, start time and the ports it
+// listens on: this test process, listening on a loopback port, described.
+func TestDescribeJudgeable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	self := os.Getpid()
+	list, _ := describe([]relaydexec.Member{{PID: self}}, 0)
+	if len(list) != 1 {
+		t.Fatalf("describe: got %d survivors; want 1", len(list))
+	}
+	s := list[0]
+	sid, _ := unix.Getsid(0)
+	if s.UID != os.Getuid() || s.Session != sid || !slices.Contains(s.Listens, port) || s.ArgvUnavailable || len(s.Argv) == 0 {
+		t.Fatalf("survivor %+v; want uid %d, session %d, listens with %d, an argv", s, os.Getuid(), sid, port)
+	}
+	if start := time.UnixMilli(s.Start); time.Since(start) < 0 || time.Since(start) > 24*time.Hour {
+		t.Fatalf("survivor start %s (%d ms); want this test process's start, before now", start, s.Start)
+	}
+}
+
+// A process whose command line is gone (a zombie) is not listed with a
+// silent []: argvUnavailable, and its name from the kernel. The zombie is
+// a grandchild whose parent (python3) never waits for it: this package's
+// tests run relayd's reaper, which would reap a child of the test.
+func TestDescribeZombie(t *testing.T) {
+	cmd := exec.Command("python3", "-c", "import os, sys, time\npid = os.fork()\nif pid == 0: os._exit(0)\nprint(pid, flush=True)\ntime.sleep(30)")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	pid, perr := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || perr != nil {
+		t.Fatalf("reading the zombie's pid: %q, %v, %v", line, err, perr)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if info, ok := readProcInfo(pid); ok && info.state == 'Z' {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the grandchild never became a zombie")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	list, _ := describe([]relaydexec.Member{{PID: pid}}, 0)
+	if s := list[0]; !s.ArgvUnavailable || !slices.Equal(s.Argv, []string{"python3"}) || s.UID != os.Getuid() {
+		t.Fatalf("zombie survivor %+v; want argvUnavailable, argv [python3] (its comm), uid %d", s, os.Getuid())
+	}
+}
