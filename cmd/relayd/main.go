@@ -180,8 +180,8 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		Destroy:         destroyer(o, reaper, host, log),
 		Log:             log,
 
-		ArtifactsLayout:  o.artifactsLayout,
-		RequireNetns:     netns,
+		ArtifactsLayout: o.artifactsLayout,
+		RequireNetns:    netns,
 	})
 
 	sigs := make(chan os.Signal, 2)
