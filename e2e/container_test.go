@@ -92,6 +92,9 @@ func nsProcesses(init int) map[int]byte {
 			continue
 		}
 		if l, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); l == nsLink {
+			if cmdline(pid) == "relayd-shim" {
+				continue // relayd's own: an idle shim
+			}
 			if _, state, ok := statOf(pid); ok {
 				out[pid] = state
 			}

@@ -19,9 +19,33 @@ import (
 
 // Protocol rule 6.10: relayd's own death does not leave work unbounded.
 // A relayd is SIGKILLed while an execution runs whose TERM-ignoring escapee
-// has left the subject's session; the escapee outlives relayd (it is not
-// PID 1). The next relayd started with the same settings settles it before
-// it serves, within the teardown bound, and logs the scope.
+// has left the subject's session (relayd is not PID 1). The execution's
+// shim sees its socket to relayd end and settles its subtree by itself:
+// nothing of the execution outlives the teardown bound, with no successor.
+func TestShimSettlesWhenRelaydDies(t *testing.T) {
+	eachScope(t, func(t *testing.T, mech string) {
+		o := deathOpts(t, mech)
+		d := startRelayd(t, o)
+		subjectFile, escapeeFile := d.pidFile("subject.pid"), d.pidFile("escapee.pid")
+		c := d.connect()
+		c.send(msg{"kind": "execute", "command": "/bin/sh", "timeoutMs": 600000, "args": []string{"-c", fmt.Sprintf(
+			`echo $$ > %s; (setsid sh -c 'trap "" TERM; echo $$ > %s; exec sleep 300' &) ; exec sleep 300`,
+			q(subjectFile), q(escapeeFile))}})
+		subject, escapee := waitPid(t, subjectFile), waitPid(t, escapeeFile)
+		d.signal(syscall.SIGKILL)
+		d.wait(10 * time.Second)
+		// --term-grace 300ms, --teardown-timeout 3s (deathOpts).
+		waitFor(t, 3*time.Second+time.Second, "the shim to settle the subject and the escapee", func() bool {
+			return !alive(escapee) && !alive(subject)
+		})
+	})
+}
+
+// When the shim dies with relayd (both SIGKILLed: the shim is stopped
+// first, so that it cannot settle), the next relayd started with the same
+// settings settles what they left before it serves, within the teardown
+// bound, and logs the scope: from the state record (process-group: the
+// subject and the members its shim last listed) or the leaf (cgroup).
 func TestSuccessorSettlesWhatAKilledRelaydLeft(t *testing.T) {
 	eachScope(t, func(t *testing.T, mech string) {
 		o := deathOpts(t, mech)
@@ -33,12 +57,22 @@ func TestSuccessorSettlesWhatAKilledRelaydLeft(t *testing.T) {
 			q(subjectFile), q(escapeeFile))}})
 		subject, escapee := waitPid(t, subjectFile), waitPid(t, escapeeFile)
 		waitRecorded(t, d, mech, escapee)
-
+		shim, _, ok := statOf(subject)
+		if !ok || cmdline(shim) != "relayd-shim" {
+			t.Fatalf("the subject's parent %d (%q) is no shim", shim, cmdline(shim))
+		}
+		if err := syscall.Kill(shim, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
 		d.signal(syscall.SIGKILL)
 		d.wait(10 * time.Second)
+		if err := syscall.Kill(shim, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, "the shim to die", func() bool { return !alive(shim) })
 		for _, pid := range []int{subject, escapee} {
 			if !alive(pid) {
-				t.Fatalf("process %d died with relayd: nothing is left for a successor to settle", pid)
+				t.Fatalf("process %d died with relayd and its shim: nothing is left for a successor to settle", pid)
 			}
 		}
 

@@ -51,7 +51,7 @@ func (e *exitError) Error() string { return e.err.Error() }
 func main() {
 	// relayd re-executed as an execution's shim (internal/exec/shim_linux.go):
 	// it serves relayd over its socket and never returns.
-	exec.ShimMain()
+	exec.ShimMain(func() { catchUncaught() })
 	err := run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	if err == nil {
 		return
@@ -150,6 +150,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		return &exitError{exitUsage, err}
 	}
 	defer mech.Release()
+	defer shims.Close() // before Release: idle shims live in the cgroup mechanism's daemon leaf
 	shims.Warm()
 	recordScopes(ctx, o, state, stateErr, mech, host, log)
 	if !host.Subreaper {

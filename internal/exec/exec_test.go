@@ -31,7 +31,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	ShimMain()
+	ShimMain(nil)
 	// Like relayd, the test process is a child subreaper: orphans of its
 	// subjects are reparented to it, where the reaper reaps them and the
 	// trackers can see them.

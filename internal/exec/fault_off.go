@@ -20,3 +20,6 @@ func faultNoCgroupKill() bool { return false }
 
 // faultNoClone3 is a test seam: the relayd_faults build can refuse clone3.
 func faultNoClone3() bool { return false }
+
+// faultEnv is what of relayd's environment a shim gets: nothing.
+func faultEnv() []string { return []string{} }

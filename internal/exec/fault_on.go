@@ -5,6 +5,7 @@ package exec
 import (
 	"errors"
 	"os"
+	"strings"
 )
 
 // faultProcRoot lets tests built with the relayd_faults tag fault the
@@ -47,3 +48,14 @@ func faultNoCgroupKill() bool { return os.Getenv("RELAYD_FAULT_NO_CGROUP_KILL") 
 // (the cgroup mechanism's subjects enter their leaf through the helper)
 // when RELAYD_FAULT_NO_CLONE3 is set.
 func faultNoClone3() bool { return os.Getenv("RELAYD_FAULT_NO_CLONE3") != "" }
+
+// faultEnv is what of relayd's environment a shim gets: the fault switches.
+func faultEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "RELAYD_FAULT_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}

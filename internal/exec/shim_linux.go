@@ -63,12 +63,15 @@ func init() {
 }
 
 // ShimMain runs the shim, and exits, when this process was started as one;
-// otherwise it returns at once. relayd's main calls it before anything else.
-func ShimMain() {
+// otherwise it returns at once. relayd's main calls it before anything
+// else. catchRest, when set, catches the signals Go's runtime cannot
+// deliver to a channel (relayd's own handler, cmd/relayd/sigcount_linux.go),
+// once the shim has caught the others.
+func ShimMain(catchRest func()) {
 	if !isShim() {
 		return
 	}
-	os.Exit(runShim())
+	os.Exit(runShim(catchRest))
 }
 
 type shimProc struct {
@@ -89,20 +92,34 @@ type shimProc struct {
 }
 
 // shimSignals are the signals a subject of relayd's user could send its
-// shim to end or stop it: caught and dropped. Caught, not ignored: an
-// ignored disposition would be inherited by the subject.
-var shimSignals = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
-	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGTSTP,
-	syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGXCPU,
-	syscall.SIGXFSZ, syscall.SIGWINCH, syscall.SIGIO}
+// shim to end or stop it (every signal from 1 to 64 but SIGKILL and
+// SIGSTOP, which cannot be caught, SIGCHLD, which the shim reaps on, and
+// those Go's runtime keeps: SIGURG, SIGPROF, 32 to 34): caught and
+// dropped. Caught, not ignored: an ignored disposition would be inherited
+// by the subject.
+func shimSignals() []os.Signal {
+	var out []os.Signal
+	for s := syscall.Signal(1); s <= 64; s++ {
+		switch {
+		case s == syscall.SIGKILL, s == syscall.SIGSTOP, s == syscall.SIGCHLD, s == syscall.SIGURG,
+			s == syscall.SIGPROF, s >= 32 && s <= 34:
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
 
-func runShim() int {
+func runShim(catchRest func()) int {
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return 3 // relayd sees no hello and does not use this shim
 	}
 	sink := make(chan os.Signal, 16)
-	signal.Notify(sink, shimSignals...)
+	signal.Notify(sink, shimSignals()...)
+	if catchRest != nil {
+		catchRest()
+	}
 	go func() {
 		for range sink {
 		}
@@ -319,12 +336,16 @@ func errnoOf(err error) int {
 // of its threads and theirs. The list is what the walk saw; the evidence
 // that nothing is left is noChild's.
 func (p *shimProc) subtree() ([]Member, error) {
-	kids, err := taskChildren("/proc", p.self, -1)
+	root := "/proc"
+	if r := faultProcRoot(); r != "" {
+		root = r // a test's fault: no look succeeds
+	}
+	kids, err := taskChildren(root, p.self, -1)
 	if err != nil {
 		return nil, err
 	}
 	table := make(map[int]procEntry, len(kids))
-	walkInto("/proc", p.self, table, kids, make([]byte, 1024))
+	walkInto(root, p.self, table, kids, make([]byte, 1024))
 	out := make([]Member, 0, len(table))
 	for pid, e := range table {
 		if !e.dead() {

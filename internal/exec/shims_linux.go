@@ -26,6 +26,7 @@ type Shims struct {
 
 	mu       sync.Mutex
 	idle     []*shim
+	all      map[*shim]struct{} // every live shim, idle or not
 	starting int
 	closed   bool
 	want     int // idle shims to keep ready: raised by demand, up to maxIdleShims
@@ -58,7 +59,7 @@ func NewShims(ctx context.Context, r *Reaper, path string, grace, timeout time.D
 	if path == "" {
 		path = "/proc/self/exe"
 	}
-	p := &Shims{reaper: r, path: path, grace: grace, timeout: timeout}
+	p := &Shims{reaper: r, path: path, grace: grace, timeout: timeout, all: make(map[*shim]struct{})}
 	go func() {
 		<-ctx.Done()
 		p.Close()
@@ -81,19 +82,28 @@ func (p *Shims) Warm() {
 	p.refill()
 }
 
-// Close ends every idle shim, and waits a moment for them to exit; busy
-// ones end when their execution does.
+// Close ends the shims relayd no longer needs, and waits a moment for them
+// to exit: the idle ones, and those that only hold survivors left alone
+// (they exit without signalling them, which then belong to relayd's own
+// parent). A shim whose subject runs is settled by the session first.
 func (p *Shims) Close() {
 	p.mu.Lock()
 	p.closed = true
-	idle := p.idle
 	p.idle = nil
+	var ending []*shim
+	for sh := range p.all {
+		sh.mu.Lock()
+		if sh.cur == nil || sh.cur.left {
+			ending = append(ending, sh)
+		}
+		sh.mu.Unlock()
+	}
 	p.mu.Unlock()
-	for _, sh := range idle {
+	for _, sh := range ending {
 		sh.retire()
 	}
 	deadline := time.After(2 * time.Second)
-	for _, sh := range idle {
+	for _, sh := range ending {
 		select {
 		case <-sh.exited:
 		case <-deadline:
@@ -171,8 +181,10 @@ func (p *Shims) spawn() (*shim, error) {
 		return nil, fmt.Errorf("exec: shim: %w", err)
 	}
 	attr := &syscall.ProcAttr{
-		Env:   []string{},
-		Files: []uintptr{devnull.r, devnull.w, os.Stderr.Fd(), uintptr(pair[1])},
+		Env:   faultEnv(),
+		// Not relayd's stderr: a shim outlives relayd while it settles,
+		// and would hold relayd's log pipe open after relayd's death.
+		Files: []uintptr{devnull.r, devnull.w, devnull.w, uintptr(pair[1])},
 		// A session of its own: a terminal's signals to relayd's group
 		// do not reach it.
 		Sys: &syscall.SysProcAttr{Setsid: true},
@@ -192,10 +204,16 @@ func (p *Shims) spawn() (*shim, error) {
 	}
 	sh := &shim{pool: p, pid: pid, conn: c.(*net.UnixConn), exited: exited,
 		calls: make(map[uint32]chan shimReply), hello: make(chan struct{}), gone: make(chan struct{})}
+	p.mu.Lock()
+	p.all[sh] = struct{}{}
+	p.mu.Unlock()
 	go sh.read()
 	go func() {
 		<-exited
 		sh.lost()
+		p.mu.Lock()
+		delete(p.all, sh)
+		p.mu.Unlock()
 	}()
 	select {
 	case <-sh.hello:

@@ -52,7 +52,7 @@ type State struct {
 	pidNS string // /proc/self/ns/pid: pids mean something in this namespace only
 
 	mu       sync.Mutex
-	running  map[*pgScope]bool // the scopes to record
+	running  map[*pgScope][][2]uint64 // the scopes to record, and their members as their shim last listed them
 	last     []byte            // the record as last written; nil when there is no file
 	recorded map[*pgScope]bool // the scopes in it
 	failing  bool              // the last write failed; OnError has been told
@@ -113,7 +113,7 @@ func OpenState(dir string) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &State{dir: abs, recorded: make(map[*pgScope]bool), running: make(map[*pgScope]bool)}
+	st := &State{dir: abs, recorded: make(map[*pgScope]bool), running: make(map[*pgScope][][2]uint64)}
 	if err := checkStateDir(abs); err != nil {
 		return nil, err
 	}
@@ -184,6 +184,7 @@ func (m *ProcessGroups) Record(ctx context.Context, st *State, every time.Durati
 				return
 			case <-tick.C:
 			}
+			st.refresh()
 			st.save(nil)
 		}
 	}()
@@ -191,8 +192,40 @@ func (m *ProcessGroups) Record(ctx context.Context, st *State, every time.Durati
 
 func (st *State) add(s *pgScope) {
 	st.mu.Lock()
-	st.running[s] = true
+	st.running[s] = nil
 	st.mu.Unlock()
+}
+
+// refresh asks each running scope's shim for its members (one request
+// each, answered from its own subtree), so that a successor can find the
+// processes that left the subject's session too, as of the last record.
+func (st *State) refresh() {
+	st.mu.Lock()
+	scopes := make([]*pgScope, 0, len(st.running))
+	for s := range st.running {
+		scopes = append(scopes, s)
+	}
+	st.mu.Unlock()
+	for _, s := range scopes {
+		if s.run == nil {
+			continue
+		}
+		ms, err := s.run.members()
+		if err != nil {
+			continue // the last list stays
+		}
+		slices.SortFunc(ms, func(a, b Member) int { return cmpU(a.Start, b.Start) })
+		ms = ms[:min(len(ms), maxRecordedMembers)]
+		rec := make([][2]uint64, len(ms))
+		for i, m := range ms {
+			rec[i] = [2]uint64{uint64(m.PID), m.Start}
+		}
+		st.mu.Lock()
+		if _, ok := st.running[s]; ok {
+			st.running[s] = rec
+		}
+		st.mu.Unlock()
+	}
 }
 
 // remove takes a scope out of the running ones, and rewrites the record at
@@ -244,17 +277,25 @@ func (st *State) fail(err error) {
 	st.failing = true
 }
 
-// snapshot records each running scope by its subject: its pid (its
-// session), and its start time.
+// snapshot records each running scope by its subject (its pid, which is
+// its session, and its start time) and the members its shim last listed.
 func (st *State) snapshot() (record, []*pgScope) {
 	rec := record{Version: recordVersion, PID: st.self.pid, Start: st.self.start, BootID: st.boot, PIDNamespace: st.pidNS}
 	var scopes []*pgScope
-	for s := range st.running {
+	total := 0
+	for s, members := range st.running {
 		if s.run == nil || s.run.pid <= 0 || s.run.start == 0 {
 			continue
 		}
-		rec.Scopes = append(rec.Scopes, scopeRecord{Name: s.name, Session: s.run.pid, SubjectStart: s.run.start,
-			Began: s.run.start, Members: [][2]uint64{{uint64(s.run.pid), s.run.start}}})
+		sr := scopeRecord{Name: s.name, Session: s.run.pid, SubjectStart: s.run.start,
+			Began: s.run.start, Members: [][2]uint64{{uint64(s.run.pid), s.run.start}}}
+		for _, m := range members {
+			if m[0] != uint64(s.run.pid) && total < maxRecordedTotal {
+				sr.Members = append(sr.Members, m)
+				total++
+			}
+		}
+		rec.Scopes = append(rec.Scopes, sr)
 		scopes = append(scopes, s)
 		if len(rec.Scopes) >= maxRecordedTotal {
 			break

@@ -40,9 +40,9 @@ func TestStateRecordsRunningScopes(t *testing.T) {
 			p := newPins(t)
 			out := newBuffer()
 			s := startSh(t, p, scope, "setsid sleep 600 & echo setsid $!; exec sleep 600", Spec{Stdout: out})
-			waitNamed(t, p, out, "setsid")
+			escapee := waitNamed(t, p, out, "setsid")["setsid"]
 
-			rec := waitRecord(t, st.Path(), func(r record) bool { return len(r.Scopes) == 1 })
+			rec := waitRecord(t, st.Path(), func(r record) bool { return len(r.Scopes) == 1 && len(r.Scopes[0].Members) == 2 })
 			self, _ := statOf(os.Getpid())
 			if rec.Version != 1 || rec.PID != os.Getpid() || rec.Start != self.start || rec.BootID == "" || rec.PIDNamespace == "" {
 				t.Errorf("record %+v; want version 1, pid %d, start %d, a boot id and a PID namespace", rec, os.Getpid(), self.start)
@@ -52,8 +52,9 @@ func TestStateRecordsRunningScopes(t *testing.T) {
 			if sr.Name != "x-7" || sr.Session != s.PID || sr.SubjectStart != subject.start || sr.SubjectStart == 0 || sr.Began != subject.start {
 				t.Errorf("scope %+v; want name x-7, session %d, subject start %d", sr, s.PID, subject.start)
 			}
-			if want := [][2]uint64{{uint64(s.PID), subject.start}}; len(sr.Members) != 1 || sr.Members[0] != want[0] {
-				t.Errorf("members %v; want the subject %v", sr.Members, want)
+			esc, _ := statOf(escapee)
+			if want := [][2]uint64{{uint64(s.PID), subject.start}, {uint64(escapee), esc.start}}; len(sr.Members) != 2 || sr.Members[0] != want[0] || sr.Members[1] != want[1] {
+				t.Errorf("members %v; want the subject and the escapee %v, as the shim listed them", sr.Members, want)
 			}
 			if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
 				t.Errorf("state directory: %v, %v; want mode 0700", fi.Mode(), err)

@@ -28,7 +28,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	exec.ShimMain() // the test binary is its own subjects' shim
+	exec.ShimMain(nil) // the test binary is its own subjects' shim
 	ctx, cancel := context.WithCancel(context.Background())
 	testReaper = exec.NewReaper(ctx)
 	testShims = exec.NewShims(ctx, testReaper, "", time.Second, 3*time.Second)

@@ -31,7 +31,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	exec.ShimMain() // the test binary is its own subjects' shim
+	exec.ShimMain(nil) // the test binary is its own subjects' shim
 	// Like relayd, the test process is a child subreaper: double-forked
 	// escapees of a subject are reparented to it, where the tracker sees
 	// them, and where the leak check below finds what a test left behind.
