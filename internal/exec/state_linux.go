@@ -53,9 +53,9 @@ type State struct {
 
 	mu       sync.Mutex
 	running  map[*pgScope][][2]uint64 // the scopes to record, and their members as their shim last listed them
-	last     []byte            // the record as last written; nil when there is no file
-	recorded map[*pgScope]bool // the scopes in it
-	failing  bool              // the last write failed; OnError has been told
+	last     []byte                   // the record as last written; nil when there is no file
+	recorded map[*pgScope]bool        // the scopes in it
+	failing  bool                     // the last write failed; OnError has been told
 	// OnError is told when a write fails, once per run of failures.
 	OnError func(error)
 }
