@@ -75,6 +75,21 @@ var chaosShapes = []chaosShape{
 	{name: "threads-outlive-main", attack: "leaderexit", endless: true},
 	{name: "clone-parent", attack: "cloneparent", attackArgs: []string{"setsid"}, endless: true},
 	{name: "fork-exit-chain", attack: "chain", attackArgs: []string{"stay", "setsid"}, endless: true},
+	// Issue 16's shapes: a daemon released with setsid -f (left alone, never
+	// another execution's), and a subject that makes itself a subreaper
+	// whose children setsid, fork and exit (the grandchildren stay in the
+	// subtree).
+	{name: "setsid-f-service", script: `setsid -f sh -c 'echo $$ >> %[1]s; exec sleep 300'; sleep 0.05; exit %[2]d`, survives: true},
+	{name: "subreaper-hide", script: `echo $$ >> %[1]s; exec python3 -c 'import ctypes,os,sys,time
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
+for i in range(3):
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            open(sys.argv[1], "a").write("%%d\n" %% os.getpid())
+            time.sleep(300)
+        os._exit(0)
+time.sleep(300)' %[1]s`, endless: true},
 	{name: "term-ignoring", script: `trap '' TERM; echo $$ >> %[1]s; sh -c 'trap "" TERM; echo $$ >> %[1]s; while :; do sleep 0.05; done' & while :; do sleep 0.05; done`, endless: true},
 }
 

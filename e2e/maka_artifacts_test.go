@@ -169,12 +169,30 @@ func otherNetns(t *testing.T) string {
 		_ = cmd.Wait()
 	})
 	path := "/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/net"
-	own, _ := os.Readlink("/proc/self/ns/net")
+	own := childNetns(t)
 	waitFor(t, 5*time.Second, "the sleeper in its own network namespace", func() bool {
 		l, err := os.Readlink(path)
 		return err == nil && l != own
 	})
 	return path
+}
+
+// childNetns is the network namespace a process the test starts runs in:
+// relayd's. Not /proc/self/ns/net, the main thread's: a test that enters
+// another namespace on a locked thread (deadpeer_test.go) can leave the
+// main thread there when its goroutine ran on it.
+func childNetns(t *testing.T) string {
+	t.Helper()
+	cmd := exec.Command("sleep", "10")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	l, err := os.Readlink("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 // bindNetns bind-mounts ns (an nsfs file) on file, as ip netns and
@@ -195,7 +213,7 @@ func bindNetns(t *testing.T, ns, file string) {
 // nothing run, until it is right again.
 func TestMakaRequireNetns(t *testing.T) {
 	other := otherNetns(t)
-	own, err := os.Readlink("/proc/self/ns/net") // relayd's, since the test starts it
+	own, err := childNetns(t), error(nil) // relayd's, since the test starts it
 	if err != nil {
 		t.Fatal(err)
 	}

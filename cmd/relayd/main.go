@@ -150,7 +150,6 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		return &exitError{exitUsage, err}
 	}
 	defer mech.Release()
-	defer shims.Close() // before Release: idle shims live in the cgroup mechanism's daemon leaf
 	shims.Warm()
 	recordScopes(ctx, o, state, stateErr, mech, host, log)
 	if !host.Subreaper {
@@ -188,6 +187,9 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
+	// Before Release (idle shims live in the cgroup mechanism's daemon
+	// leaf), and while SIGTERM is still caught.
+	defer shims.Close()
 	stopped := make(chan struct{})
 	go func() {
 		select {

@@ -336,12 +336,40 @@ func (s *cgScope) enter() (int, []int, error) {
 
 func (s *cgScope) started(run *shimRun) { s.run = run }
 
-// Members reads cgroup.procs of the leaf and of every cgroup below it. An
-// empty list counts only when the leaf's cgroup.events also says
+// Members is every process of the leaf and of the cgroups below it, and of
+// the shim's subtree, which holds what a root subject moved out of the
+// leaf. For the leaf, an empty list counts only when the leaf's cgroup.events also says
 // "populated 0" (which covers the cgroups below it: a process that moves
 // between two of them while they are read is missed by the list, never by
 // this); any read failure is no evidence.
 func (s *cgScope) Members() ([]Member, error) {
+	inLeaf, err := s.leafMembers()
+	if err != nil || s.run == nil {
+		return inLeaf, err
+	}
+	// The shim's subtree too: a root subject can move a process out of the
+	// leaf (into another cgroup of the hierarchy), never out of the subtree.
+	below, err := s.run.members()
+	if err != nil {
+		return nil, err
+	}
+	if len(below) == 0 {
+		return inLeaf, nil
+	}
+	seen := make(map[int]bool, len(below))
+	for _, m := range below {
+		seen[m.PID] = true
+	}
+	for _, m := range inLeaf {
+		if !seen[m.PID] {
+			below = append(below, m)
+		}
+	}
+	return below, nil
+}
+
+// leafMembers reads the members of the leaf and of every cgroup below it.
+func (s *cgScope) leafMembers() ([]Member, error) {
 	if s.removed.Load() {
 		return nil, nil
 	}
@@ -479,6 +507,17 @@ func removeIfEmpty(dir string) bool {
 // through a pidfd opened before a second read of cgroup.procs confirms it is
 // still a member, so a pid reused outside the leaf is never signalled.
 func (s *cgScope) Signal(sig syscall.Signal) error {
+	err := s.signalLeaf(sig)
+	if s.run != nil {
+		// What a root subject moved out of the leaf is still the shim's.
+		if serr := s.run.signal(sig); err == nil && serr != nil {
+			err = serr
+		}
+	}
+	return err
+}
+
+func (s *cgScope) signalLeaf(sig syscall.Signal) error {
 	if sig == syscall.SIGKILL {
 		if err := faultCgroupRead(); err != nil {
 			return err

@@ -253,6 +253,7 @@ type shimRun struct {
 	lost   chan struct{} // closed if the shim is lost while the subject runs
 	pid    int           // the subject, once started
 	start  uint64        // its start time
+	known  []Member      // what the shim's last look listed, for a lost shim's fallback
 	ended  bool          // the subject was reaped
 	empty  bool          // the subtree is empty: the shim went back to the pool
 	left   bool          // relayd left the subtree alone
@@ -412,7 +413,11 @@ func (sh *shim) call(run *shimRun, kind byte, req func(seq uint32) any, fds []in
 		}
 		return rep, nil
 	case <-t.C:
+		// Stopped (a subject of relayd's uid can SIGSTOP it) or wedged:
+		// it is no evidence any more, and it is ended, so that what it
+		// holds comes to relayd and its execution's fallback reaches it.
 		sh.forget(seq)
+		sh.kill()
 		return shimReply{}, fmt.Errorf("%w: no answer within %v", ErrShimLost, shimRPCTimeout)
 	}
 }
@@ -465,11 +470,50 @@ func (run *shimRun) members() ([]Member, error) {
 	for i, m := range rep.Members {
 		out[i] = Member{PID: int(m[0]), Start: m[1]}
 	}
+	run.sh.mu.Lock()
+	run.known = append(run.known[:0], out[:min(len(out), maxKnownMembers)]...)
+	run.sh.mu.Unlock()
 	return out, nil
+}
+
+// maxKnownMembers bounds what relayd remembers of a subtree for a lost
+// shim's fallback.
+const maxKnownMembers = 4096
+
+// signalLost is the fallback when the shim is lost (killed, stopped and
+// then killed by relayd): its subtree went to relayd, where no execution
+// claims it. What relayd knows was this execution's is signalled: the
+// subject and what the shim last listed, each by pid and start time, and
+// every process that now descends from one of them. Nothing of it is
+// evidence.
+func (run *shimRun) signalLost(sig syscall.Signal) {
+	run.sh.mu.Lock()
+	roots := append([]Member{{PID: run.pid, Start: run.start}}, run.known...)
+	run.sh.mu.Unlock()
+	table := make(map[int]procEntry)
+	buf := make([]byte, 1024)
+	var queue []int
+	for _, m := range roots {
+		if m.PID <= 0 || m.Start == 0 {
+			continue
+		}
+		if e, err := readStat("/proc", m.PID, buf); err == nil && e.start == m.Start {
+			queue = append(queue, m.PID)
+		}
+	}
+	walkInto("/proc", os.Getpid(), table, queue, buf)
+	for pid, e := range table {
+		if !e.dead() {
+			_ = signalMember("/proc", Member{PID: pid, Start: e.start}, sig)
+		}
+	}
 }
 
 func (run *shimRun) signal(sig syscall.Signal) error {
 	rep, err := run.sh.call(run, frSignal, func(seq uint32) any { return shimReq{Seq: seq, Sig: int(sig)} }, nil)
+	if errors.Is(err, ErrShimLost) {
+		run.signalLost(sig)
+	}
 	if err != nil {
 		return err
 	}
