@@ -29,12 +29,14 @@ type Shims struct {
 	all      map[*shim]struct{} // every live shim, idle or not
 	starting int
 	closed   bool
-	want     int // idle shims to keep ready: raised by demand, up to maxIdleShims
+	want     int       // idle shims to keep: raised by demand, up to maxIdleShims
+	demand   time.Time // when an execute last found no idle shim
 }
 
 // The pool's bounds: at least minIdleShims are kept ready once the pool
-// is warmed, and demand (executions that found no idle shim) raises that
-// up to maxIdleShims; a shim freed beyond it exits.
+// is warmed, and demand (executions that found no idle shim) raises what
+// it keeps up to maxIdleShims; a shim freed beyond that exits, and the
+// pool halves what it keeps after shimTrimAfter without demand.
 const (
 	minIdleShims = 2
 	maxIdleShims = 64
@@ -64,6 +66,7 @@ func NewShims(ctx context.Context, r *Reaper, path string, grace, timeout time.D
 		<-ctx.Done()
 		p.Close()
 	}()
+	go p.trim(ctx)
 	return p
 }
 
@@ -112,10 +115,11 @@ func (p *Shims) Close() {
 	}
 }
 
-// refill starts shims until the pool holds what it wants.
+// refill starts shims, in the background, until the pool holds at least
+// one idle shim beyond those starting.
 func (p *Shims) refill() {
 	p.mu.Lock()
-	n := p.want - len(p.idle) - p.starting
+	n := min(p.want, minIdleShims) - len(p.idle) - p.starting
 	if p.closed || n <= 0 {
 		p.mu.Unlock()
 		return
@@ -135,21 +139,29 @@ func (p *Shims) refill() {
 	}
 }
 
-// get takes an idle shim, or starts one when there is none.
+// get takes an idle shim, or starts one when there is none. Shims come
+// back to the pool when their subtree is empty, so at rest the pool holds
+// as many as executions ran at once (up to maxIdleShims), and an execute
+// starts no shim; one is started in the background only when the last
+// idle one is taken.
 func (p *Shims) get() (*shim, error) {
 	p.mu.Lock()
 	for len(p.idle) > 0 {
 		sh := p.idle[len(p.idle)-1]
 		p.idle = p.idle[:len(p.idle)-1]
 		if sh.alive() {
+			low := len(p.idle)+p.starting == 0 // the busy ones come back
 			p.mu.Unlock()
-			p.refill()
+			if low {
+				p.refill()
+			}
 			return sh, nil
 		}
 	}
-	if p.want > 0 && p.want < maxIdleShims {
-		p.want++ // demand: keep one more ready
+	if p.want < maxIdleShims {
+		p.want++ // demand: keep one more when it comes back
 	}
+	p.demand = time.Now()
 	p.mu.Unlock()
 	sh, err := p.spawn()
 	p.refill()
@@ -166,6 +178,36 @@ func (p *Shims) put(sh *shim) {
 	}
 	p.idle = append(p.idle, sh)
 	p.mu.Unlock()
+}
+
+// shimTrimAfter: when no execute has found the pool empty for this long,
+// the pool keeps half as many idle shims (at least minIdleShims).
+const shimTrimAfter = time.Minute
+
+// trim retires idle shims the pool no longer needs, every shimTrimAfter.
+func (p *Shims) trim(ctx context.Context) {
+	t := time.NewTicker(shimTrimAfter)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		p.mu.Lock()
+		var extra []*shim
+		if time.Since(p.demand) >= shimTrimAfter {
+			p.want = max(minIdleShims, p.want/2)
+			for len(p.idle) > p.want {
+				extra = append(extra, p.idle[0])
+				p.idle = p.idle[1:]
+			}
+		}
+		p.mu.Unlock()
+		for _, sh := range extra {
+			sh.retire()
+		}
+	}
 }
 
 // spawn starts one shim and waits for its hello.
