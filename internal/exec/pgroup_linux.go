@@ -65,6 +65,16 @@ func (s *pgScope) Signal(sig syscall.Signal) error {
 	return s.run.signal(sig)
 }
 
+// SignalMembers signals what a look of this scope found, without walking
+// the subtree again (teardown's memberSignaller): a settlement of 1,000
+// members walks once per look, not twice.
+func (s *pgScope) SignalMembers(members []Member, sig syscall.Signal) error {
+	if s.run == nil || len(members) == 0 {
+		return nil
+	}
+	return s.run.signalSome(sig, members)
+}
+
 func (s *pgScope) LeaveAlone() {
 	if s.run != nil {
 		s.run.leaveAlone()

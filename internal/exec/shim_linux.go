@@ -2,10 +2,11 @@ package exec
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
+	"io"
 	"os"
 	"os/signal"
 	"runtime"
@@ -76,8 +77,12 @@ func ShimMain(catchRest func()) {
 
 type shimProc struct {
 	self int
-	conn *net.UnixConn
+	sock int // the socket to relayd, blocking: the shim's own loop polls it
 	wmu  sync.Mutex
+	// subjectFD is a pidfd of the running subject, polled beside the
+	// socket so that its end is collected without waking another
+	// goroutine; -1 when there is none.
+	subjectFD int
 
 	// mu is held while forking and while reaping, so that the subject is
 	// known before its end can be collected.
@@ -124,23 +129,31 @@ func runShim(catchRest func()) int {
 		for range sink {
 		}
 	}()
-	f := os.NewFile(shimSockFD, "relayd")
-	c, err := net.FileConn(f)
-	f.Close()
-	if err != nil {
+	p := &shimProc{self: os.Getpid(), sock: shimSockFD, subjectFD: -1, kick: make(chan struct{}, 1)}
+	if err := unix.SetNonblock(p.sock, false); err != nil {
 		return 3
 	}
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		return 3
-	}
-	p := &shimProc{self: os.Getpid(), conn: uc, kick: make(chan struct{}, 1)}
-	chld := make(chan os.Signal, 1)
-	signal.Notify(chld, syscall.SIGCHLD)
-	go p.reap(chld)
+	// No SIGCHLD channel: the subject's end comes through its pidfd, in
+	// the loop below, and a look reaps first; the tick only collects the
+	// later ends of survivors, so that the shim goes back to the pool.
+	go p.reap()
 	p.send(frHello, struct{ PID int }{p.self})
-	r := newFrameReader(uc, true)
+	r := &rawFrameReader{fd: p.sock, oob: make([]byte, unix.CmsgSpace(maxShimFDs*4))}
+	// The loop is the main thread's, in blocking system calls (poll, read):
+	// a request or the subject's end is served without a scheduler hop.
 	for {
+		ready, err := p.wait()
+		if err != nil {
+			return p.relaydGone()
+		}
+		if ready&waitSubject != 0 {
+			p.mu.Lock()
+			p.sweepLocked()
+			p.mu.Unlock()
+		}
+		if ready&waitSocket == 0 {
+			continue
+		}
 		kind, body, fds, err := r.read()
 		if err != nil {
 			return p.relaydGone()
@@ -175,24 +188,134 @@ func runShim(catchRest func()) int {
 	}
 }
 
-// reap collects ended children on SIGCHLD, and, while an execution holds
-// the shim, on a backing-off tick too: a child made with an exit signal
-// other than SIGCHLD sends none.
-func (p *shimProc) reap(chld <-chan os.Signal) {
-	const floor, ceil = time.Second, 30 * time.Second
+// What wait found ready.
+const (
+	waitSocket  = 1
+	waitSubject = 2
+)
+
+// wait blocks until relayd's socket has something (a request, or its
+// end) or the subject's pidfd says it ended.
+func (p *shimProc) wait() (int, error) {
+	p.mu.Lock()
+	subject := p.subjectFD
+	p.mu.Unlock()
+	fds := []unix.PollFd{{Fd: int32(p.sock), Events: unix.POLLIN}}
+	if subject >= 0 {
+		fds = append(fds, unix.PollFd{Fd: int32(subject), Events: unix.POLLIN})
+	}
+	for {
+		_, err := unix.Poll(fds, -1)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		ready := 0
+		if fds[0].Revents != 0 {
+			ready |= waitSocket
+		}
+		if len(fds) > 1 && fds[1].Revents != 0 {
+			ready |= waitSubject
+		}
+		return ready, nil
+	}
+}
+
+// rawFrameReader reads frames from a blocking socket, taking the
+// descriptors sent with a header.
+type rawFrameReader struct {
+	fd  int
+	oob []byte
+}
+
+func (r *rawFrameReader) read() (kind byte, body []byte, fds []int, err error) {
+	var hdr [5]byte
+	n, oobn, _, _, err := unix.Recvmsg(r.fd, hdr[:], r.oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	if n == 0 {
+		return 0, nil, nil, io.EOF
+	}
+	if oobn > 0 {
+		msgs, perr := unix.ParseSocketControlMessage(r.oob[:oobn])
+		if perr != nil {
+			return 0, nil, nil, perr
+		}
+		for _, m := range msgs {
+			if got, perr := unix.ParseUnixRights(&m); perr == nil {
+				fds = append(fds, got...)
+			}
+		}
+	}
+	if err := readFull(r.fd, hdr[n:]); err != nil {
+		closeFDs(fds)
+		return 0, nil, nil, err
+	}
+	size := binary.LittleEndian.Uint32(hdr[:4])
+	if size < 1 || size > maxShimFrame {
+		closeFDs(fds)
+		return 0, nil, nil, fmt.Errorf("%w: length %d", errShimFrame, size)
+	}
+	body = make([]byte, size-1)
+	if err := readFull(r.fd, body); err != nil {
+		closeFDs(fds)
+		return 0, nil, nil, err
+	}
+	return hdr[4], body, fds, nil
+}
+
+func readFull(fd int, b []byte) error {
+	for len(b) > 0 {
+		n, err := unix.Read(fd, b)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return io.ErrUnexpectedEOF
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+func writeFull(fd int, b []byte) error {
+	for len(b) > 0 {
+		n, err := unix.Write(fd, b)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// reap collects the ends of survivors while an execution holds the shim,
+// on a tick that backs off from 100 ms to 30 s while nothing ends (the
+// subject's end comes through its pidfd; every look reaps first).
+func (p *shimProc) reap() {
+	const floor, ceil = 100 * time.Millisecond, 30 * time.Second
 	wait := floor
 	t := time.NewTimer(wait)
 	for {
 		select {
-		case <-chld:
-			wait = floor
 		case <-p.kick:
 			wait = floor
 		case <-t.C:
 			wait = min(2*wait, ceil)
 		}
 		p.mu.Lock()
-		p.sweepLocked()
+		if p.sweepLocked() {
+			wait = floor
+		}
 		busy := p.busy
 		p.mu.Unlock()
 		if busy {
@@ -204,9 +327,13 @@ func (p *shimProc) reap(chld <-chan os.Signal) {
 }
 
 func (p *shimProc) send(kind byte, v any) {
+	b, err := encodeFrame(kind, v)
+	if err != nil {
+		return
+	}
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
-	_ = writeFrame(p.conn, kind, v, nil)
+	_ = writeFull(p.sock, b)
 }
 
 func (p *shimProc) reply(r shimReply) { p.send(frReply, r) }
@@ -214,7 +341,7 @@ func (p *shimProc) reply(r shimReply) { p.send(frReply, r) }
 // sweepLocked reaps every ended child; the subject's end is reported, and
 // once the subject is gone and no child is left, the subtree is empty and
 // the shim is free.
-func (p *shimProc) sweepLocked() {
+func (p *shimProc) sweepLocked() (reaped bool) {
 	for {
 		var ws unix.WaitStatus
 		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG|unix.WALL, nil)
@@ -226,16 +353,21 @@ func (p *shimProc) sweepLocked() {
 				p.busy, p.left = false, false
 				p.send(frEmpty, struct{}{})
 			}
-			return
+			return reaped
 		}
 		if err != nil || pid <= 0 {
-			return
+			return reaped
 		}
 		if !ws.Exited() && !ws.Signaled() {
 			continue
 		}
+		reaped = true
 		if p.busy && pid == p.subject {
 			p.subject = 0
+			if p.subjectFD >= 0 {
+				unix.Close(p.subjectFD)
+				p.subjectFD = -1
+			}
 			p.send(frExited, shimExit{PID: pid, Exited: ws.Exited(), Code: ws.ExitStatus(), Signal: int(ws.Signal())})
 		}
 	}
@@ -264,7 +396,8 @@ func (p *shimProc) start(body []byte, fds []int) {
 		}
 		p.dropped = true
 	}
-	sys := &syscall.SysProcAttr{Setsid: true}
+	pidfd := -1
+	sys := &syscall.SysProcAttr{Setsid: true, PidFD: &pidfd}
 	if req.Cred != nil {
 		sys.Credential = &syscall.Credential{Uid: req.Cred.UID, Gid: req.Cred.GID, Groups: req.Cred.Groups}
 	}
@@ -306,6 +439,9 @@ func (p *shimProc) start(body []byte, fds []int) {
 		}
 	}
 	if err != nil {
+		if pidfd >= 0 {
+			unix.Close(pidfd)
+		}
 		p.reply(shimReply{Seq: req.Seq, Err: err.Error(), Errno: errnoOf(err), Stage: "exec"})
 		return
 	}
@@ -314,6 +450,9 @@ func (p *shimProc) start(body []byte, fds []int) {
 	e, serr := readStat("/proc", pid, make([]byte, 1024))
 	if serr != nil {
 		e.start = 0
+	}
+	if pidfd >= 0 {
+		p.subjectFD = pidfd
 	}
 	p.busy, p.subject, p.left = true, pid, false
 	p.grace, p.timeout = time.Duration(req.Grace), time.Duration(req.Timeout)
@@ -429,7 +568,20 @@ func (p *shimProc) signal(body []byte) {
 	var req shimReq
 	_ = json.Unmarshal(body, &req)
 	r := shimReply{Seq: req.Seq}
-	if err := p.signalAll(syscall.Signal(req.Sig)); err != nil {
+	var err error
+	if req.Members != nil {
+		// What relayd's last look at this subtree found: each is signalled
+		// only if it is still that process (its start time), and so still
+		// of this subtree, which no process leaves.
+		for _, m := range req.Members {
+			if e := signalMember("/proc", Member{PID: int(m[0]), Start: m[1]}, syscall.Signal(req.Sig)); e != nil && err == nil {
+				err = e
+			}
+		}
+	} else {
+		err = p.signalAll(syscall.Signal(req.Sig))
+	}
+	if err != nil {
 		r.Err = err.Error()
 	}
 	p.reply(r)

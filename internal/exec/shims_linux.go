@@ -310,9 +310,9 @@ func (sh *shim) alive() bool {
 
 // read takes the shim's frames until its socket ends.
 func (sh *shim) read() {
-	r := newFrameReader(sh.conn, false)
+	r := newFrameReader(sh.conn)
 	for {
-		kind, body, _, err := r.read()
+		kind, body, err := r.read()
 		if err != nil {
 			sh.lost()
 			return
@@ -551,8 +551,19 @@ func (run *shimRun) signalLost(sig syscall.Signal) {
 	}
 }
 
-func (run *shimRun) signal(sig syscall.Signal) error {
-	rep, err := run.sh.call(run, frSignal, func(seq uint32) any { return shimReq{Seq: seq, Sig: int(sig)} }, nil)
+func (run *shimRun) signal(sig syscall.Signal) error { return run.signalSome(sig, nil) }
+
+// signalSome signals members (from a look of this run), or the whole
+// subtree when members is nil.
+func (run *shimRun) signalSome(sig syscall.Signal, members []Member) error {
+	var list [][2]uint64
+	if members != nil {
+		list = make([][2]uint64, len(members))
+		for i, m := range members {
+			list[i] = [2]uint64{uint64(m.PID), m.Start}
+		}
+	}
+	rep, err := run.sh.call(run, frSignal, func(seq uint32) any { return shimReq{Seq: seq, Sig: int(sig), Members: list} }, nil)
 	if errors.Is(err, ErrShimLost) {
 		run.signalLost(sig)
 	}

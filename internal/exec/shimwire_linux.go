@@ -75,6 +75,9 @@ type shimCred struct {
 type shimReq struct {
 	Seq uint32
 	Sig int `json:",omitempty"`
+	// Members, with a signal, are the processes to signal (pid, start
+	// time), from the last look; nil: every process a fresh walk finds.
+	Members [][2]uint64 `json:",omitempty"`
 }
 
 type shimReply struct {
@@ -103,14 +106,10 @@ var errShimFrame = errors.New("exec: malformed shim frame")
 // writeFrame writes one frame, with fds (relayd to shim only). The caller
 // serialises writes.
 func writeFrame(c *net.UnixConn, kind byte, v any, fds []int) error {
-	body, err := json.Marshal(v)
+	buf, err := encodeFrame(kind, v)
 	if err != nil {
 		return err
 	}
-	buf := make([]byte, 5, 5+len(body))
-	binary.LittleEndian.PutUint32(buf, uint32(len(body)+1))
-	buf[4] = kind
-	buf = append(buf, body...)
 	var oob []byte
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
@@ -124,73 +123,42 @@ func writeFrame(c *net.UnixConn, kind byte, v any, fds []int) error {
 	return err
 }
 
-// frameReader reads frames. With fds it takes the descriptors sent with a
-// header (the shim's side).
-type frameReader struct {
-	c   *net.UnixConn
-	br  *bufio.Reader // nil on the side that takes descriptors
-	oob []byte
-}
-
-func newFrameReader(c *net.UnixConn, fds bool) *frameReader {
-	r := &frameReader{c: c}
-	if fds {
-		r.oob = make([]byte, unix.CmsgSpace(maxShimFDs*4))
-	} else {
-		r.br = bufio.NewReaderSize(c, 64<<10)
+// encodeFrame is one frame: header and body.
+func encodeFrame(kind byte, v any) ([]byte, error) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
 	}
-	return r
+	buf := make([]byte, 5, 5+len(body))
+	binary.LittleEndian.PutUint32(buf, uint32(len(body)+1))
+	buf[4] = kind
+	return append(buf, body...), nil
 }
 
-// read returns the next frame's kind, body and descriptors.
-func (r *frameReader) read() (kind byte, body []byte, fds []int, err error) {
+// frameReader reads frames on relayd's side (no descriptors come to it).
+type frameReader struct {
+	br *bufio.Reader
+}
+
+func newFrameReader(c *net.UnixConn) *frameReader {
+	return &frameReader{br: bufio.NewReaderSize(c, 64<<10)}
+}
+
+// read returns the next frame's kind and body.
+func (r *frameReader) read() (kind byte, body []byte, err error) {
 	var hdr [5]byte
-	if r.br != nil {
-		if _, err := io.ReadFull(r.br, hdr[:]); err != nil {
-			return 0, nil, nil, err
-		}
-	} else {
-		n, oobn, _, _, err := r.c.ReadMsgUnix(hdr[:], r.oob)
-		if err != nil {
-			return 0, nil, nil, err
-		}
-		if n == 0 {
-			return 0, nil, nil, io.EOF
-		}
-		if oobn > 0 {
-			msgs, perr := unix.ParseSocketControlMessage(r.oob[:oobn])
-			if perr != nil {
-				return 0, nil, nil, perr
-			}
-			for _, m := range msgs {
-				got, perr := unix.ParseUnixRights(&m)
-				if perr == nil {
-					fds = append(fds, got...)
-				}
-			}
-		}
-		if n < len(hdr) {
-			if _, err := io.ReadFull(r.c, hdr[n:]); err != nil {
-				closeFDs(fds)
-				return 0, nil, nil, err
-			}
-		}
+	if _, err := io.ReadFull(r.br, hdr[:]); err != nil {
+		return 0, nil, err
 	}
 	size := binary.LittleEndian.Uint32(hdr[:4])
 	if size < 1 || size > maxShimFrame {
-		closeFDs(fds)
-		return 0, nil, nil, fmt.Errorf("%w: length %d", errShimFrame, size)
+		return 0, nil, fmt.Errorf("%w: length %d", errShimFrame, size)
 	}
 	body = make([]byte, size-1)
-	var src io.Reader = r.c
-	if r.br != nil {
-		src = r.br
+	if _, err := io.ReadFull(r.br, body); err != nil {
+		return 0, nil, err
 	}
-	if _, err := io.ReadFull(src, body); err != nil {
-		closeFDs(fds)
-		return 0, nil, nil, err
-	}
-	return hdr[4], body, fds, nil
+	return hdr[4], body, nil
 }
 
 func closeFDs(fds []int) {
