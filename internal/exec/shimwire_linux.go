@@ -114,12 +114,16 @@ func writeFrame(c *net.UnixConn, kind byte, v any, fds []int) error {
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
 	}
-	// The header goes with the descriptors in a message of its own, so
-	// that the reader's first read (five bytes) takes them.
-	if _, _, err := c.WriteMsgUnix(buf[:5], oob, nil); err != nil {
+	// One message: the descriptors go with its first byte, which the
+	// reader's first read (the five bytes of the header) takes; one write
+	// wakes the shim once.
+	n, _, err := c.WriteMsgUnix(buf, oob, nil)
+	if err != nil {
 		return err
 	}
-	_, err = c.Write(buf[5:])
+	if n < len(buf) {
+		_, err = c.Write(buf[n:])
+	}
 	return err
 }
 
