@@ -92,7 +92,10 @@ type shimProc struct {
 	left    bool // the subject exited and relayd left what remains alone
 	grace   time.Duration
 	timeout time.Duration
-	kick    chan struct{}
+	// tick is how long the loop waits for the next end of a survivor
+	// (they send no pidfd event): from reapFloor, doubling to reapCeil
+	// while nothing ends.
+	tick    time.Duration
 	dropped bool // the forking thread dropped DropCaps and set no-new-privileges
 }
 
@@ -129,14 +132,14 @@ func runShim(catchRest func()) int {
 		for range sink {
 		}
 	}()
-	p := &shimProc{self: os.Getpid(), sock: shimSockFD, subjectFD: -1, kick: make(chan struct{}, 1)}
+	p := &shimProc{self: os.Getpid(), sock: shimSockFD, subjectFD: -1, tick: reapFloor}
 	if err := unix.SetNonblock(p.sock, false); err != nil {
 		return 3
 	}
-	// No SIGCHLD channel: the subject's end comes through its pidfd, in
-	// the loop below, and a look reaps first; the tick only collects the
-	// later ends of survivors, so that the shim goes back to the pool.
-	go p.reap()
+	// No SIGCHLD channel and no other goroutine: the subject's end comes
+	// through its pidfd, in the loop below, and a look reaps first; the
+	// loop's tick only collects the later ends of survivors, so that the
+	// shim goes back to the pool.
 	p.send(frHello, struct{ PID int }{p.self})
 	r := &rawFrameReader{fd: p.sock, oob: make([]byte, unix.CmsgSpace(maxShimFDs*4))}
 	// The loop is the main thread's, in blocking system calls (poll, read):
@@ -146,9 +149,13 @@ func runShim(catchRest func()) int {
 		if err != nil {
 			return p.relaydGone()
 		}
-		if ready&waitSubject != 0 {
+		if ready&(waitSubject|waitTick) != 0 {
 			p.mu.Lock()
-			p.sweepLocked()
+			if p.sweepLocked() {
+				p.tick = reapFloor
+			} else if ready&waitTick != 0 {
+				p.tick = min(2*p.tick, reapCeil)
+			}
 			p.mu.Unlock()
 		}
 		if ready&waitSocket == 0 {
@@ -192,25 +199,34 @@ func runShim(catchRest func()) int {
 const (
 	waitSocket  = 1
 	waitSubject = 2
+	waitTick    = 4
 )
 
 // wait blocks until relayd's socket has something (a request, or its
-// end) or the subject's pidfd says it ended.
+// end), the subject's pidfd says it ended, or, while an execution holds
+// the shim, its tick passed.
 func (p *shimProc) wait() (int, error) {
 	p.mu.Lock()
 	subject := p.subjectFD
+	timeout := -1
+	if p.busy {
+		timeout = int(p.tick / time.Millisecond)
+	}
 	p.mu.Unlock()
 	fds := []unix.PollFd{{Fd: int32(p.sock), Events: unix.POLLIN}}
 	if subject >= 0 {
 		fds = append(fds, unix.PollFd{Fd: int32(subject), Events: unix.POLLIN})
 	}
 	for {
-		_, err := unix.Poll(fds, -1)
+		n, err := unix.Poll(fds, timeout)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
 			return 0, err
+		}
+		if n == 0 {
+			return waitTick, nil
 		}
 		ready := 0
 		if fds[0].Revents != 0 {
@@ -298,33 +314,11 @@ func writeFull(fd int, b []byte) error {
 	return nil
 }
 
-// reap collects the ends of survivors while an execution holds the shim,
-// on a tick that backs off from 100 ms to 30 s while nothing ends (the
-// subject's end comes through its pidfd; every look reaps first).
-func (p *shimProc) reap() {
-	const floor, ceil = 100 * time.Millisecond, 30 * time.Second
-	wait := floor
-	t := time.NewTimer(wait)
-	for {
-		select {
-		case <-p.kick:
-			wait = floor
-		case <-t.C:
-			wait = min(2*wait, ceil)
-		}
-		p.mu.Lock()
-		if p.sweepLocked() {
-			wait = floor
-		}
-		busy := p.busy
-		p.mu.Unlock()
-		if busy {
-			t.Reset(wait)
-		} else {
-			t.Reset(ceil)
-		}
-	}
-}
+// The loop's tick while an execution holds the shim (see shimProc.tick).
+const (
+	reapFloor = 100 * time.Millisecond
+	reapCeil  = 30 * time.Second
+)
 
 func (p *shimProc) send(kind byte, v any) {
 	b, err := encodeFrame(kind, v)
@@ -456,11 +450,8 @@ func (p *shimProc) start(body []byte, fds []int) {
 	}
 	p.busy, p.subject, p.left = true, pid, false
 	p.grace, p.timeout = time.Duration(req.Grace), time.Duration(req.Timeout)
+	p.tick = reapFloor
 	p.reply(shimReply{Seq: req.Seq, PID: pid, Start: e.start})
-	select {
-	case p.kick <- struct{}{}:
-	default:
-	}
 }
 
 func errnoOf(err error) int {
