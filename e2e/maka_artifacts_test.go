@@ -195,6 +195,18 @@ func childNetns(t *testing.T) string {
 	return l
 }
 
+// childNetnsPath is the nsfs path of the network namespace of a child the
+// test starts (relayd's namespace), alive until the test ends.
+func childNetnsPath(t *testing.T) string {
+	t.Helper()
+	cmd := exec.Command("sleep", "300")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return "/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/net"
+}
+
 // bindNetns bind-mounts ns (an nsfs file) on file, as ip netns and
 // container runtimes pin a namespace; it is unmounted at cleanup.
 func bindNetns(t *testing.T, ns, file string) {
@@ -256,7 +268,7 @@ func TestMakaRequireNetns(t *testing.T) {
 		if err := os.WriteFile(pin, nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		bindNetns(t, "/proc/self/ns/net", pin)
+		bindNetns(t, childNetnsPath(t), pin) // relayd's, not the main thread's (childNetns)
 		d := startRelayd(t, opts{args: []string{"--require-netns", pin}})
 		c := d.connect()
 		marker := filepath.Join(d.dir, "ran")
@@ -287,7 +299,7 @@ func TestMakaRequireNetns(t *testing.T) {
 		if err := unix.Unmount(pin, unix.MNT_DETACH); err != nil {
 			t.Fatal(err)
 		}
-		bindNetns(t, "/proc/self/ns/net", pin)
+		bindNetns(t, childNetnsPath(t), pin) // relayd's, not the main thread's (childNetns)
 		wantExit(t, c.sh("exit 0", nil), "exited", 0)
 		d.stopClean()
 	})

@@ -17,7 +17,9 @@ const leftAloneXattr = "user.relayd.left-alone"
 
 // CgroupLeftovers finds, under base, the populated execution leaves of
 // relayds that no longer run. A relayd runs while its daemon leaf holds a
-// process (relayd moves itself there at startup and out at exit): the
+// process that is not a shim (relayd moves itself there at startup and out
+// at exit; its idle shims live there too, and outlive it by the moment
+// they take to see its socket end): the
 // kernel's word, which holds whatever a pid in the leaf's name means in
 // this PID namespace, and also for a subtree named after this relayd's own
 // pid, left by an earlier relayd that had it. So CgroupLeftovers must run
@@ -41,7 +43,7 @@ func CgroupLeftovers(base string) (found []*Leftover, notes []string) {
 			continue
 		}
 		sub := filepath.Join(base, e.Name())
-		runs, err := cgroupPopulated(filepath.Join(sub, "daemon"))
+		runs, err := holdsRelayd(filepath.Join(sub, "daemon"))
 		if errors.Is(err, os.ErrNotExist) {
 			runs, err = false, nil
 		}
@@ -80,6 +82,32 @@ func CgroupLeftovers(base string) (found []*Leftover, notes []string) {
 }
 
 // cgroupPopulated reads "populated" from a cgroup's cgroup.events.
+// holdsRelayd reports whether the daemon leaf dir holds a process that is
+// not one of relayd's shims.
+func holdsRelayd(dir string) (bool, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return false, err
+	}
+	for _, f := range strings.Fields(string(b)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			return true, nil // unreadable: count it as relayd
+		}
+		argv := Argv(pid)
+		if len(argv) == 1 && argv[0] == ShimArg0 {
+			continue
+		}
+		if argv == nil {
+			if _, err := os.Stat("/proc/" + f); err != nil {
+				continue // ended since
+			}
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
 func cgroupPopulated(dir string) (bool, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "cgroup.events"))
 	if err != nil {
