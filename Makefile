@@ -34,10 +34,11 @@ RACE      := $(shell command -v gcc >/dev/null 2>&1 && echo -race)
 FUZZTIME  ?= 10s
 
 ## test: every Go test, with the race detector where gcc is installed, then the Python client's tests
-# -timeout: e2e takes about 8 minutes under the race detector on two cores,
-# close to go test's default 10; 20 leaves room and still ends a hang.
+# -timeout: e2e takes about 16 minutes under the race detector on two cores
+# (the isolation and shim attack tests added 8); 30 leaves room and still
+# ends a hang.
 test:
-	$(GO) test $(RACE) -count=1 -timeout 20m ./...
+	$(GO) test $(RACE) -count=1 -timeout 30m ./...
 	$(MAKE) --no-print-directory pytest
 
 # The Python client (clients/python) is tested with the system's interpreter,
