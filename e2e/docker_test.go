@@ -244,8 +244,8 @@ func (tr *trial) processes() map[int]string {
 	procs := map[int]string{}
 	for _, line := range strings.Split(out, "\n")[1:] {
 		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
+		if len(f) < 2 || (len(f) == 2 && f[1] == "relayd-shim") {
+			continue // relayd's own: an idle shim, ready for the next execution
 		}
 		if pid, err := strconv.Atoi(f[0]); err == nil {
 			procs[pid] = strings.Join(f[1:], " ")
