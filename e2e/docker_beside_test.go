@@ -7,13 +7,13 @@ import (
 	"testing"
 )
 
-// The README's "Beside the task": relayd started from the task's own
+// docs/deploy.md's "Beside the task": relayd started from the task's own
 // entrypoint script, in the background, the line as the README prints it.
 // The task's entrypoint here is sh running that line and then the task's
 // own work (sleep infinity), which stays PID 1. The checks of every way of
 // starting relayd in a container follow (trial.check).
 func TestDockerBesideTheTask(t *testing.T) {
-	section := readmeSection(t, "## Putting relayd into an eval container")
+	section := docSection(t, deployDoc, "## Putting relayd into an eval container")
 	i := strings.Index(section, "**Beside the task.**")
 	if i < 0 {
 		t.Fatal(`README's container section has no "Beside the task" paragraph`)

@@ -159,23 +159,11 @@ func runNetcatSession(t *testing.T, examples []readmeExample, port, token string
 	}
 }
 
-// The README's container section prints the files of deploy/ that make
-// container-test runs (deploy/docker/Dockerfile, run.sh, exec.sh,
+// docs/deploy.md's container section prints the files of deploy/ that
+// make container-test runs (deploy/docker/Dockerfile, run.sh, exec.sh,
 // network.sh, dialout.sh and deploy/compose/compose.yaml) as they are.
 func TestReadmeContainerExamplesAreTheTestedFiles(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme := string(b)
-	start := strings.Index(readme, "## Putting relayd into an eval container")
-	if start < 0 {
-		t.Fatal(`README.md has no "## Putting relayd into an eval container" section`)
-	}
-	section := readme[start:]
-	if end := strings.Index(section[3:], "\n## "); end >= 0 {
-		section = section[:end+3]
-	}
+	section := docSection(t, deployDoc, "## Putting relayd into an eval container")
 	for _, name := range []string{"docker/Dockerfile", "docker/run.sh", "docker/exec.sh",
 		"docker/network.sh", "docker/dialout.sh", "compose/compose.yaml",
 		"docker/nc.sh", "docker/run-cgroup.sh", "docker/rm-cgroup.sh"} {
@@ -191,23 +179,29 @@ func TestReadmeContainerExamplesAreTheTestedFiles(t *testing.T) {
 			block = append(block, line)
 		}
 		if !strings.Contains(section, "\n\n"+strings.Join(block, "\n")+"\n\n") {
-			t.Errorf("the README's container section does not print deploy/%s as it is (an indented block of its whole text)", name)
+			t.Errorf("docs/deploy.md's container section does not print deploy/%s as it is (an indented block of its whole text)", name)
 		}
 	}
 }
 
 // readmeSection returns the README's text from the heading title to the
 // next heading of the same or a higher level.
-func readmeSection(t *testing.T, title string) string {
+func readmeSection(t *testing.T, title string) string { return docSection(t, "README.md", title) }
+
+// deployDoc holds the recipes the README points to.
+const deployDoc = "docs/deploy.md"
+
+// docSection is readmeSection for file, a path from the module root.
+func docSection(t *testing.T, file, title string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "README.md"))
+	b, err := os.ReadFile(filepath.Join("..", file))
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := string(b)
 	start := strings.Index(text, "\n"+title+"\n")
 	if start < 0 {
-		t.Fatalf("README.md has no %q section", title)
+		t.Fatalf("%s has no %q section", file, title)
 	}
 	text = text[start+1:]
 	level := title[:strings.IndexByte(title, ' ')+1]
@@ -353,4 +347,21 @@ func TestReadmeRelayctlSession(t *testing.T) {
 		t.Errorf("the README's relayctl session printed\n%s\nwant (README.md)\n%s", strings.Join(g, "\n"), strings.Join(w, "\n"))
 	}
 	d.stopClean()
+}
+
+// The README is a front door (issue 21): at most 30 KB; recipes live in
+// docs/deploy.md, figures in docs/performance.md, history in git.
+func TestReadmeIsAFrontDoor(t *testing.T) {
+	fi, err := os.Stat(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() > 30*1024 {
+		t.Fatalf("README.md is %d bytes; want at most %d: move recipes to docs/deploy.md, figures to docs/performance.md", fi.Size(), 30*1024)
+	}
+	for _, doc := range []string{deployDoc, "docs/performance.md"} {
+		if _, err := os.Stat(filepath.Join("..", doc)); err != nil {
+			t.Errorf("the README points to %s: %v", doc, err)
+		}
+	}
 }
