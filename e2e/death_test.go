@@ -26,12 +26,7 @@ func TestShimSettlesWhenRelaydDies(t *testing.T) {
 	eachScope(t, func(t *testing.T, mech string) {
 		o := deathOpts(t, mech)
 		d := startRelayd(t, o)
-		subjectFile, escapeeFile := d.pidFile("subject.pid"), d.pidFile("escapee.pid")
-		c := d.connect()
-		c.send(msg{"kind": "execute", "command": "/bin/sh", "timeoutMs": 600000, "args": []string{"-c", fmt.Sprintf(
-			`echo $$ > %s; (setsid sh -c 'trap "" TERM; echo $$ > %s; exec sleep 300' &) ; exec sleep 300`,
-			q(subjectFile), q(escapeeFile))}})
-		subject, escapee := waitPid(t, subjectFile), waitPid(t, escapeeFile)
+		subject, escapee := startEscapee(t, d)
 		d.signal(syscall.SIGKILL)
 		d.wait(10 * time.Second)
 		// --term-grace 300ms, --teardown-timeout 3s (deathOpts).
@@ -39,6 +34,19 @@ func TestShimSettlesWhenRelaydDies(t *testing.T) {
 			return !alive(escapee) && !alive(subject)
 		})
 	})
+}
+
+// startEscapee runs, on a connection of d, a subject whose TERM-ignoring
+// escapee has left its session, and returns both pids once they run.
+func startEscapee(t *testing.T, d *daemon) (subject, escapee int) {
+	t.Helper()
+	subjectFile, escapeeFile := d.pidFile("subject.pid"), d.pidFile("escapee.pid")
+	c := d.connect()
+	t.Cleanup(func() { c.c.Close() }) // held open until the test ends: its end would be a transport loss
+	c.send(msg{"kind": "execute", "command": "/bin/sh", "timeoutMs": 600000, "args": []string{"-c", fmt.Sprintf(
+		`echo $$ > %s; (setsid sh -c 'trap "" TERM; echo $$ > %s; exec sleep 300' &) ; exec sleep 300`,
+		q(subjectFile), q(escapeeFile))}})
+	return waitPid(t, subjectFile), waitPid(t, escapeeFile)
 }
 
 // When the shim dies with relayd (both SIGKILLed: the shim is stopped
@@ -50,12 +58,7 @@ func TestSuccessorSettlesWhatAKilledRelaydLeft(t *testing.T) {
 	eachScope(t, func(t *testing.T, mech string) {
 		o := deathOpts(t, mech)
 		d := startRelayd(t, o)
-		subjectFile, escapeeFile := d.pidFile("subject.pid"), d.pidFile("escapee.pid")
-		c := d.connect()
-		c.send(msg{"kind": "execute", "command": "/bin/sh", "timeoutMs": 600000, "args": []string{"-c", fmt.Sprintf(
-			`echo $$ > %s; (setsid sh -c 'trap "" TERM; echo $$ > %s; exec sleep 300' &) ; exec sleep 300`,
-			q(subjectFile), q(escapeeFile))}})
-		subject, escapee := waitPid(t, subjectFile), waitPid(t, escapeeFile)
+		subject, escapee := startEscapee(t, d)
 		waitRecorded(t, d, mech, escapee)
 		shim, _, ok := statOf(subject)
 		if !ok || cmdline(shim) != "relayd-shim" {

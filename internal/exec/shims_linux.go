@@ -299,7 +299,6 @@ type shimRun struct {
 	ended  bool          // the subject was reaped
 	empty  bool          // the subtree is empty: the shim went back to the pool
 	left   bool          // relayd left the subtree alone
-	closed bool          // relayd no longer needs the subtree
 }
 
 func (sh *shim) alive() bool {
@@ -594,13 +593,6 @@ func (run *shimRun) leaveAlone() {
 	}
 }
 
-// isEmpty reports whether the subtree is known empty.
-func (run *shimRun) isEmpty() bool {
-	run.sh.mu.Lock()
-	defer run.sh.mu.Unlock()
-	return run.empty
-}
-
 // close says relayd no longer needs the subtree. A subtree that is not
 // empty and not left alone (a settlement that could not be confirmed)
 // makes the shim retire: it settles what it can by itself, and takes no
@@ -608,7 +600,6 @@ func (run *shimRun) isEmpty() bool {
 func (run *shimRun) close() {
 	sh := run.sh
 	sh.mu.Lock()
-	run.closed = true
 	pending := sh.cur == run && !run.left
 	sh.mu.Unlock()
 	if !pending {

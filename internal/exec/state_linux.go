@@ -178,17 +178,27 @@ func (m *ProcessGroups) Record(ctx context.Context, st *State, every time.Durati
 	go func() {
 		tick := time.NewTicker(every)
 		defer tick.Stop()
-		for {
+		for n := 0; ; n++ {
 			select {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
 			}
-			st.refresh()
+			// The members are asked of each shim (a walk of its subtree)
+			// every refreshEvery ticks only: a record matters only when a
+			// shim died with relayd, and the walks of hundreds of running
+			// executions every tick would be a cost for nothing.
+			if n%refreshEvery == 0 {
+				st.refresh()
+			}
 			st.save(nil)
 		}
 	}()
 }
+
+// refreshEvery is how many recording intervals pass between two asks for
+// the running scopes' members.
+const refreshEvery = 10
 
 func (st *State) add(s *pgScope) {
 	st.mu.Lock()
