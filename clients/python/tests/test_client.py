@@ -131,7 +131,10 @@ class ClientTest(RelaydTest):
             self.assertEqual(cm.exception.partial, 0)
             self.assertTrue(c.closed)
         d.proc.wait(10)
-        os.kill(read_pid(pidfile), signal.SIGKILL)  # the subject the killed relayd left
+        # The shim outlives relayd and settles the subject it left (rule 6.10);
+        # it may already be gone, so killing it by pid here would race.
+        pid = read_pid(pidfile)
+        wait_for("the shim to settle the subject the killed relayd left", lambda: not alive(pid), 15.0)
 
 
 class ErrorCategoryTest(RelaydTest):
