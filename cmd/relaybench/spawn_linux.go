@@ -21,13 +21,18 @@ import (
 // /bin/true in a new session (as relayd starts every subject), and wait4
 // on that exact pid; its stdio is /dev/null.
 
-var devNull = func() uintptr {
+// devNullFile is kept referenced for the whole run: a collected *os.File
+// closes its descriptor, and the bare rows then failed with "bad file
+// descriptor" (or spawned onto whatever reused the number).
+var devNullFile = func() *os.File {
 	f, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
 		panic(err)
 	}
-	return f.Fd() // kept open for the run
+	return f
 }()
+
+var devNull = devNullFile.Fd()
 
 func bareSpawn(sys *syscall.SysProcAttr) error {
 	pid, err := syscall.ForkExec("/bin/true", []string{"true"},
