@@ -19,7 +19,7 @@ const (
 	// maxHello is the longest first line read from a dialing peer.
 	maxHello = 64 << 10
 	// maxHandshakes is how many peers may be in their handshake at once;
-	// more are closed at once.
+	// more wait in the kernel's listen backlog.
 	maxHandshakes = 256
 	// maxHeld is how many relayds may wait for their trial's Accept.
 	maxHeld = 256
@@ -39,6 +39,12 @@ var (
 	// holdTimeout is how long a relayd whose trial has not called Accept
 	// yet is kept before it is closed.
 	holdTimeout = 60 * time.Second
+	// crowdedHello bounds a handshake while peers queue for a slot: a
+	// relayd sends its ready as soon as it is connected, so a peer still
+	// silent after this long gives its slot to the queue.
+	crowdedHello = time.Second
+	// crowdedTick is how often a queued peer looks for such handshakes.
+	crowdedTick = 100 * time.Millisecond
 )
 
 // ErrListenerClosed is returned by Accept once the Listener is closed.
@@ -52,7 +58,9 @@ var ErrListenerClosed = errors.New("client: listener closed")
 // A relayd that arrives before its trial calls Accept is held (at most 256,
 // each for 60 s to 75 s); one that does not send a ready with a token
 // within 10 s is closed. At most 256 peers may be in that handshake at
-// once (more are closed at once), and at most 4 of them may send a first
+// once; more wait in the kernel's listen backlog, and while they wait a
+// peer silent for 1 s is closed to make room, so that peers that send
+// nothing cannot keep relayds out. At most 4 of them may send a first
 // line longer than 64 KiB (a ready with a long instruction; another is
 // closed). Tokens are compared by their SHA-256 digests, so a peer learns
 // nothing from how long a lookup takes.
@@ -66,13 +74,13 @@ type Listener struct {
 	nheld   int
 	closed  bool
 
-	slots chan struct{}         // handshakes in progress
-	shake map[net.Conn]struct{} // their connections, closed by Close
-	long  chan struct{}         // handshakes past maxHello
-	done  chan struct{}         // closed by Close: stops the expiry of held relayds
+	slots chan struct{}          // handshakes in progress
+	shake map[net.Conn]time.Time // their connections and when each began, closed by Close
+	long  chan struct{}          // handshakes past maxHello
+	done  chan struct{}          // closed by Close: stops the expiry of held relayds
 	wg    sync.WaitGroup
 
-	helloTimeout, holdTimeout time.Duration
+	helloTimeout, holdTimeout, crowdedHello time.Duration
 }
 
 type heldConn struct {
@@ -99,9 +107,9 @@ func (d *Dialer) Listen(addr string) (*Listener, error) {
 // NewListener serves dial-out relayds on ln, which it owns from then on.
 func (d *Dialer) NewListener(ln net.Listener) *Listener {
 	l := &Listener{ln: ln, cfg: d.withDefaults(),
-		waiting: map[[32]byte]chan *Conn{}, held: map[[32]byte][]heldConn{}, shake: map[net.Conn]struct{}{},
+		waiting: map[[32]byte]chan *Conn{}, held: map[[32]byte][]heldConn{}, shake: map[net.Conn]time.Time{},
 		slots: make(chan struct{}, maxHandshakes), long: make(chan struct{}, maxLongHellos), done: make(chan struct{}),
-		helloTimeout: helloTimeout, holdTimeout: holdTimeout}
+		helloTimeout: helloTimeout, holdTimeout: holdTimeout, crowdedHello: crowdedHello}
 	l.wg.Add(2)
 	go l.acceptLoop()
 	go l.expireLoop()
@@ -230,11 +238,9 @@ func (l *Listener) acceptLoop() {
 			continue
 		}
 		delay = 0
-		select {
-		case l.slots <- struct{}{}:
-		default:
-			nc.Close() // too many handshakes at once
-			continue
+		if !l.takeSlot() {
+			nc.Close()
+			return
 		}
 		l.mu.Lock()
 		if l.closed {
@@ -242,7 +248,7 @@ func (l *Listener) acceptLoop() {
 			nc.Close()
 			return
 		}
-		l.shake[nc] = struct{}{}
+		l.shake[nc] = time.Now()
 		l.mu.Unlock()
 		l.wg.Add(1)
 		go func() {
@@ -250,6 +256,38 @@ func (l *Listener) acceptLoop() {
 			defer func() { <-l.slots }()
 			l.handshake(nc)
 		}()
+	}
+}
+
+// takeSlot waits for a free handshake slot, false once the Listener is
+// closed. Meanwhile no peer is accepted (the kernel's backlog holds them,
+// and a relayd's dial waits or retries), and every crowdedTick the
+// handshakes silent for crowdedHello are closed: a real relayd is never
+// refused for lack of room, and peers that send nothing hold the slots
+// only while nobody else wants one.
+func (l *Listener) takeSlot() bool {
+	select {
+	case l.slots <- struct{}{}:
+		return true
+	default:
+	}
+	tick := time.NewTicker(crowdedTick)
+	defer tick.Stop()
+	for {
+		select {
+		case l.slots <- struct{}{}:
+			return true
+		case <-l.done:
+			return false
+		case <-tick.C:
+			l.mu.Lock()
+			for nc, began := range l.shake {
+				if time.Since(began) > l.crowdedHello {
+					nc.Close() // its handshake fails and frees the slot
+				}
+			}
+			l.mu.Unlock()
+		}
 	}
 }
 
