@@ -36,7 +36,11 @@ import (
 
 // sectionNames are the parts of the run, in the order they run; --only
 // picks some of them.
-var sectionNames = []string{"roundtrip", "ssh", "throughput", "settle", "output", "footprint", "docker", "compare"}
+var sectionNames = []string{"roundtrip", "ssh", "throughput", "settle", "output", "footprint", "docker", "compare", "fleet"}
+
+// optIn are the sections only --only runs: fleet starts thousands of
+// relayds.
+var optIn = []string{"fleet"}
 
 // config is the parsed command line.
 type config struct {
@@ -113,6 +117,9 @@ func run(args []string) error {
 	if cfg.only["compare"] && cfg.before != "" {
 		b.compare()
 	}
+	if cfg.only["fleet"] {
+		b.fleet()
+	}
 	rep.finish(began)
 	fmt.Print(rep.table())
 	if err := rep.write(cfg.out); err != nil {
@@ -128,7 +135,7 @@ func parseFlags(args []string) (config, error) {
 	relayd := fs.String("relayd", "bin/relayd", "relayd binary to measure (make build makes bin/relayd)")
 	out := fs.String("out", "bench/results.json", "file to write the figures to, as JSON")
 	quick := fs.Bool("quick", false, "far fewer repetitions and shorter runs: a smoke run, not figures to quote")
-	only := fs.StringSlice("only", nil, "run only these sections (comma-separated): "+strings.Join(sectionNames, ", "))
+	only := fs.StringSlice("only", nil, "run only these sections (comma-separated): "+strings.Join(sectionNames, ", ")+"; "+strings.Join(optIn, ", ")+" runs only when named")
 	installSSH := fs.Bool("install-ssh", false, "when sshd is missing and we are root, install OpenSSH with apt-get (make bench BENCH_INSTALL_SSH=1 sets it); without it the ssh comparison is skipped")
 	before := fs.String("before", "", "an older relayd binary: adds a section measuring it and --relayd in turns (round trip, settling 1,000 members, output)")
 	table := fs.String("table", "", "print the table of an earlier run's results file (e.g. bench/results.json) and exit; measures nothing")
@@ -154,7 +161,7 @@ func parseFlags(args []string) (config, error) {
 	}
 	if len(cfg.only) == 0 {
 		for _, s := range sectionNames {
-			cfg.only[s] = true
+			cfg.only[s] = !contains(optIn, s)
 		}
 	}
 	abs, err := filepath.Abs(*relayd)
