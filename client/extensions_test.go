@@ -182,7 +182,7 @@ func TestDetachAttach(t *testing.T) {
 }
 
 // attach attaches to name, retrying while relayd has not yet seen the old
-// connection's loss (protocol section 10, item 30); then it calls attached
+// connection's loss (docs/protocol.md 4.5, "Detach and attach"); then it calls attached
 // (nil: nothing) once, in a goroutine, so that a subject gated on it can end.
 func attach(t *testing.T, c *client.Conn, name string, output func(client.Output), attached func()) (client.Executed, error) {
 	t.Helper()

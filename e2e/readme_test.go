@@ -365,3 +365,63 @@ func TestReadmeIsAFrontDoor(t *testing.T) {
 		}
 	}
 }
+
+// docs/protocol.md is a refinement of the shared contract, not a diary
+// (issue 21): at most 60,000 bytes, one numbering (the contract's), each
+// choice beside the rule it refines rather than in a numbered list of its
+// own; and no document points into a numbering that no longer exists.
+func TestDocProtocolIsARefinement(t *testing.T) {
+	const doc, limit = "docs/protocol.md", 60000
+	b, err := os.ReadFile(filepath.Join("..", doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > limit {
+		t.Errorf("%s is %d bytes; want at most %d: state each choice tersely, beside its rule; history lives in git", doc, len(b), limit)
+	}
+	// The section numbers of the shared contract (../shared/protocol.md).
+	contract := map[string]bool{"1": true, "2": true, "3": true, "4": true, "5": true, "6": true, "7": true, "8": true, "9": true}
+	for i := 1; i <= 6; i++ {
+		contract["4."+strconv.Itoa(i)] = true
+	}
+	for i := 1; i <= 12; i++ {
+		contract["6."+strconv.Itoa(i)] = true
+	}
+	// What the contract's subsections of section 4 are about: a number
+	// here means what it means there.
+	titled := map[string]string{"4.1": "ready", "4.2": "execute", "4.3": "verify", "4.4": "error", "4.5": "harness", "4.6": "trial"}
+	m2 := func(m []string) string {
+		if m == nil {
+			return ""
+		}
+		return m[1]
+	}
+	numbered := regexp.MustCompile(`^#+\s+([0-9]+(?:\.[0-9]+)*)\.?\s`)
+	for i, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "#") {
+			continue
+		}
+		m := numbered.FindStringSubmatch(line)
+		if m != nil && !contract[m[1]] {
+			t.Errorf("%s:%d: %q is numbered %s, outside the shared contract's numbering (1-3, 4.1-4.6, 5, 6.1-6.12, 7-9)", doc, i+1, line, m[1])
+		}
+		if w, ok := titled[m2(m)]; ok && !strings.Contains(line, w) {
+			t.Errorf("%s:%d: %q: the contract's section %s is about %s", doc, i+1, line, m[1], w)
+		}
+		if strings.Contains(strings.ToLower(line), "choices where the contract is silent") {
+			t.Errorf("%s:%d: %q: a section of choices is a diary; put each beside the rule it refines", doc, i+1, line)
+		}
+	}
+	stale := regexp.MustCompile(`(?i)\b(sections? 1[0-9](\.[0-9]+)?|choice [0-9]+|item [0-9]+)\b`)
+	for _, f := range []string{doc, "README.md", "SECURITY.md", "ARCHITECTURE.md", deployDoc, "docs/performance.md"} {
+		b, err := os.ReadFile(filepath.Join("..", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if m := stale.FindString(line); m != "" {
+				t.Errorf("%s:%d: %q points into the old numbering of %s; use the shared contract's", f, i+1, m, doc)
+			}
+		}
+	}
+}

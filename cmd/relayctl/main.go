@@ -300,8 +300,8 @@ func execute(ctx context.Context, c *client.Conn, o options, command []string, o
 }
 
 // attachRetry is how long attach retries not-found: relayd sees that a
-// connection was lost a moment after its controller went away (protocol
-// section 10, item 30), so a quick attach can come before the detach.
+// connection was lost a moment after its controller went away (docs/protocol.md
+// 4.5, "Detach and attach"), so a quick attach can come before the detach.
 const attachRetry = time.Second
 
 func attach(ctx context.Context, c *client.Conn, o options, execution string, out printer) (int, error) {

@@ -13,7 +13,7 @@ import (
 // A controller that vanishes without closing (its host crashed, the network
 // between them was cut) sends no FIN and no reset: relayd learns of it only
 // when TCP gives up on the connection. --peer-timeout bounds that, in both
-// states a connection can be in (protocol.md section 10, choice 24):
+// states a connection can be in (docs/protocol.md section 2, "Dead peers"):
 //
 //   - Idle (relayd has nothing unacknowledged, which is the case while an
 //     execution runs and the controller waits): keepalive. The first probe

@@ -58,7 +58,7 @@ type Config struct {
 	Destroy         teardown.DestroyOptions // the fallback when a settlement lacks evidence
 	Log             zerolog.Logger
 
-	// What a Maka deployment sets (artifacts.go; docs/protocol.md choice 32).
+	// What a Maka deployment sets (artifacts.go; docs/protocol.md section 9).
 	ArtifactsLayout string    // LayoutRelayd (also "") or LayoutMaka
 	RequireNetns    env.Netns // the network namespace subjects must run in (--require-netns); zero: none
 }
