@@ -116,6 +116,20 @@ class ListenerTest(RelaydTest):
             for d in ds:
                 self.assertEqual(d.wait(15), 0)
 
+    def test_relayd_past_max_pending_waits_for_room(self) -> None:
+        # Every pending slot is held by a peer that sends nothing: the relayd
+        # that comes next is not refused; it waits in the backlog until the
+        # silent ones, crowded, give their slots up after 1 s.
+        with serve(max_pending=4, handshake_timeout=60) as lst:
+            silent = [socket.create_connection(lst.address, timeout=5) for _ in range(4)]
+            for p in silent:
+                self.addCleanup(p.close)
+            d = self.relayd(connect="%s:%d" % lst.address)
+            with lst.accept(d.token, timeout=20) as c:
+                self.assertTrue(c.verify().quiescent)
+            self.assertEqual(d.wait(15), 0)
+            self.assertTrue(all(closed_by_listener(p, 5) for p in silent), "silent peers kept their slots while a relayd waited")
+
     def test_silent_peer_dropped_and_accept_times_out(self) -> None:
         with serve(handshake_timeout=0.3) as lst:
             with socket.create_connection(lst.address, timeout=5) as silent:
@@ -241,6 +255,19 @@ class AsyncListenerTest(NoLeaks, unittest.IsolatedAsyncioTestCase):
             with self.assertRaises(ReplyTimeoutError):
                 await lst.accept(new_token(), timeout=0.2)
 
+
+    async def test_relayd_past_max_pending_waits_for_room(self) -> None:
+        async with AsyncListener(max_pending=4, handshake_timeout=60) as lst:
+            silent = [socket.create_connection(lst.address, timeout=5) for _ in range(4)]
+            for p in silent:
+                self.addCleanup(p.close)
+            await asyncio.sleep(0.2)  # the four take the slots first
+            d = Relayd(connect="%s:%d" % lst.address)
+            self.addCleanup(d.close)
+            async with await lst.accept(d.token, timeout=20) as c:
+                self.assertTrue((await c.verify()).quiescent)
+            self.assertEqual(d.wait(15), 0)
+            self.assertTrue(all(closed_by_listener(p, 5) for p in silent), "silent peers kept their slots while a relayd waited")
 
     async def test_long_instruction(self) -> None:
         path, text = instruction_file(self, 2 << 20)

@@ -29,6 +29,13 @@ MAX_HELLO = 64 << 10
 MAX_LONG_HELLOS = 4
 # How long a listener keeps a relayd whose trial has not called accept yet.
 DEFAULT_HOLD_TIMEOUT = 60.0
+# A listener's accept backlog (the kernel caps it at net.core.somaxconn):
+# a fleet of relayds dialling at once waits there while every pending slot
+# is taken, rather than being refused.
+LISTEN_BACKLOG = 4096
+# While peers wait for a pending slot, a handshake silent this long (seconds)
+# gives its slot up: a relayd sends its ready as soon as it is connected.
+CROWDED_HELLO = 1.0
 
 # relayd's --teardown-timeout default: how long settling a scope may take.
 DEFAULT_TEARDOWN_BUDGET = 10.0

@@ -285,7 +285,10 @@ class AsyncListener:
     Listener's: ``handshake_timeout``, 64 KiB of a first line read freely
     and 4 long-hello slots for more, ``hold_timeout`` for a relayd whose
     trial has not called accept yet (a timer closes it, whether or not
-    anything else happens), ``max_pending``."""
+    anything else happens), ``max_pending``. Past ``max_pending`` a peer
+    waits, its reading paused, and while any waits a handshake silent for
+    1 s is closed to make room; at most 4 * ``max_pending`` peers wait, more
+    are closed at once."""
 
     def __init__(
         self,
@@ -306,6 +309,9 @@ class AsyncListener:
         self._ready: List[Tuple[str, AsyncClient, asyncio.TimerHandle]] = []
         self._changed = asyncio.Event()
         self._handshakes: Set["asyncio.Task[None]"] = set()
+        self._reading: Dict["asyncio.Task[None]", float] = {}  # handshakes holding a pending slot, and since when
+        self._evicted: Set["asyncio.Task[None]"] = set()  # of those, closed to make room
+        self._queued = 0  # handshakes waiting for a slot
         self._long_hellos = 0  # handshakes holding a long-hello slot
         self._closing: Set["asyncio.Task[None]"] = set()  # held relayds being closed at their hold_timeout
 
@@ -375,7 +381,7 @@ class AsyncListener:
         self._handshakes.add(task)
         kept = False
         try:
-            if len(self._ready) + len(self._handshakes) > self.max_pending:
+            if not await self._take_slot(task, writer.transport):
                 return
             try:
                 line = await asyncio.wait_for(self._read_hello(reader), self.handshake_timeout)
@@ -383,6 +389,13 @@ class AsyncListener:
             except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError,
                     UnexpectedReplyError, _LongHelloRefused):
                 return
+            except asyncio.CancelledError:
+                if task not in self._evicted:
+                    raise
+                return  # silent while others waited for its slot
+            finally:
+                self._reading.pop(task, None)
+                self._evicted.discard(task)
             token = msg.get("token")
             if msg["kind"] != "ready" or not isinstance(token, str):
                 return
@@ -401,6 +414,32 @@ class AsyncListener:
                     await writer.wait_closed()
                 except (OSError, asyncio.CancelledError):
                     pass
+
+    async def _take_slot(self, task: "asyncio.Task[None]", transport: asyncio.BaseTransport) -> bool:
+        """Waits for a pending slot (False: too many wait already). While it
+        waits, its peer's reading is paused, and every 100 ms the
+        handshakes silent for CROWDED_HELLO are closed: a relayd sends its
+        ready as soon as it is connected."""
+        loop = asyncio.get_running_loop()
+        if len(self._ready) + len(self._reading) >= self.max_pending:
+            if self._queued >= 4 * self.max_pending:
+                return False
+            self._queued += 1
+            assert isinstance(transport, asyncio.ReadTransport)
+            transport.pause_reading()
+            try:
+                while len(self._ready) + len(self._reading) >= self.max_pending:
+                    now = loop.time()
+                    for t, began in list(self._reading.items()):
+                        if now - began >= _wire.CROWDED_HELLO and t not in self._evicted:
+                            self._evicted.add(t)
+                            t.cancel()
+                    await asyncio.sleep(0.1)
+            finally:
+                self._queued -= 1
+            transport.resume_reading()
+        self._reading[task] = loop.time()
+        return True
 
     async def _read_hello(self, reader: asyncio.StreamReader) -> bytes:
         """A peer's first line. Until its ready a peer is nobody: its stream

@@ -283,10 +283,11 @@ class Client:
 class _Hello:
     """A peer in its handshake: what it sent of its first line so far."""
 
-    __slots__ = ("buf", "expires", "long")
+    __slots__ = ("buf", "began", "expires", "long")
 
-    def __init__(self, expires: float) -> None:
+    def __init__(self, began: float, expires: float) -> None:
         self.buf = bytearray()
+        self.began = began
         self.expires = expires
         self.long = False  # holds a long-hello slot
 
@@ -317,7 +318,10 @@ class Listener:
     are taken it is closed at once. relayds of other trials wait, handshake
     done, for their own accept, each for at most ``hold_timeout`` seconds.
     At most ``max_pending`` peers, in their handshake or waiting, are kept
-    at once (more are closed at once).
+    at once; more wait in the kernel's backlog, and while they wait a peer
+    silent for 1 s in its handshake is closed to make room (a relayd sends
+    its ready as soon as it is connected), so that peers that send nothing
+    cannot keep relayds out.
 
     The listener works only inside accept: while no thread calls it,
     arriving relayds wait in the kernel's backlog, and timeouts are
@@ -332,7 +336,7 @@ class Listener:
         hold_timeout: float = _wire.DEFAULT_HOLD_TIMEOUT,
         teardown_budget: float = _wire.DEFAULT_TEARDOWN_BUDGET,
     ) -> None:
-        self._sock = socket.create_server(_wire.parse_address(address), backlog=128)
+        self._sock = socket.create_server(_wire.parse_address(address), backlog=_wire.LISTEN_BACKLOG)
         self._sock.setblocking(False)
         self.handshake_timeout = handshake_timeout
         self.max_pending = max_pending
@@ -345,6 +349,7 @@ class Listener:
         self._ready: List[_Held] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._accepting = True  # the listening socket is in the selector
 
     @property
     def address(self) -> Tuple[str, int]:
@@ -398,6 +403,13 @@ class Listener:
 
     def _pump(self, wait: float) -> None:
         self._expire(time.monotonic())
+        full = len(self._hello) + len(self._ready) >= self.max_pending
+        if full == self._accepting:  # full: leave the rest in the backlog
+            if full:
+                self._sel.unregister(self._sock)
+            else:
+                self._sel.register(self._sock, selectors.EVENT_READ)
+            self._accepting = not full
         for key, _ in self._sel.select(wait):
             obj = key.fileobj
             if obj is self._sock:
@@ -410,8 +422,9 @@ class Listener:
         their hold_timeout: each pump looks, so while any accept waits, a
         held relayd is closed within 50 ms of its time, whether or not
         another peer arrives."""
+        crowded = not self._accepting
         for sock, hello in list(self._hello.items()):
-            if now >= hello.expires:
+            if now >= hello.expires or crowded and now - hello.began >= _wire.CROWDED_HELLO:
                 self._drop(sock)
         if any(now >= h.expires for h in self._ready):
             for h in self._ready:
@@ -426,11 +439,9 @@ class Listener:
             return
         except OSError:
             return  # out of descriptors, or the peer gave up: the next one may do
-        if len(self._hello) + len(self._ready) >= self.max_pending:
-            conn.close()
-            return
         conn.setblocking(False)
-        self._hello[conn] = _Hello(time.monotonic() + self.handshake_timeout)
+        now = time.monotonic()
+        self._hello[conn] = _Hello(now, now + self.handshake_timeout)
         self._sel.register(conn, selectors.EVENT_READ)
 
     def _read_hello(self, sock: socket.socket) -> None:
