@@ -2,7 +2,7 @@
 GO        ?= go
 VERSION   ?= 0.1.0
 COMMIT    := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
-# STAMP is the version the binary reports (relayd --version, ready.version) and make run's banner shows.
+# STAMP is the version the binaries report (relayd --version, ready.version, relayctl --version) and make run's banner shows.
 STAMP     := $(VERSION)+$(COMMIT)
 LDFLAGS   := -s -w -X main.version=$(STAMP)
 BIN       := bin/relayd
@@ -15,7 +15,7 @@ SHARED    ?= ../shared
 ## build: static binaries in bin/relayd and bin/relayctl (the controller for people), version stamped
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/relayd
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/relayctl ./cmd/relayctl
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/relayctl ./cmd/relayctl
 
 ## run: relayd on $(LISTEN) with a fresh token file, a scratch workspace and readable logs
 run: build

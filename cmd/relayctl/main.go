@@ -32,6 +32,9 @@ import (
 // be taken for a subject's status, 124 (framework timeout) or 126/127.
 const exitFailed = 125
 
+// version is stamped by the build (make build: -X main.version, as relayd's).
+var version = "0.1.0-dev"
+
 const usage = `relayctl talks to relayd (docs/protocol.md).
 
   relayctl exec [flags] -- COMMAND ARGS...   run COMMAND; print its stdout; exit with its status
@@ -43,6 +46,7 @@ const usage = `relayctl talks to relayd (docs/protocol.md).
   relayctl accept --listen ADDR [flags] [-- COMMAND ARGS...]
                                              wait for a relayd that dials out (relayd --connect),
                                              run COMMAND if given, then verify
+  relayctl --version                         print relayctl's version
 
 The token comes from --token-file FILE or the environment variable
 RELAYD_TOKEN, never from a flag's value. Exit status: the command's own
@@ -76,6 +80,10 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		if len(args) == 0 {
 			return exitFailed
 		}
+		return 0
+	}
+	if args[0] == "--version" || args[0] == "version" {
+		fmt.Fprintf(stdout, "relayctl %s (protocol 1)\n", version)
 		return 0
 	}
 	verb := args[0]

@@ -181,3 +181,32 @@ func TestFailures(t *testing.T) {
 		})
 	}
 }
+
+// TestVersion: relayctl --version prints the version make build stamps
+// with -X main.version (the same LDFLAGS as relayd's), and the Makefile
+// stamps relayctl.
+func TestVersion(t *testing.T) {
+	stamped := filepath.Join(t.TempDir(), "relayctl")
+	if err := testharness.Build(stamped, "relayctl", "-ldflags", "-X main.version=9.8.7+abc"); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"--version"}, {"version"}} {
+		cmd := exec.Command(stamped, args...)
+		out, err := cmd.Output()
+		if err != nil || string(out) != "relayctl 9.8.7+abc (protocol 1)\n" {
+			t.Errorf("relayctl %v: %q, %v; want \"relayctl 9.8.7+abc (protocol 1)\\n\", exit 0", args, out, err)
+		}
+	}
+	if got := relayctl(t, nil, "--version"); got.code != 0 || !strings.HasPrefix(got.stdout, "relayctl ") {
+		t.Errorf("unstamped relayctl --version: %d, %q; want 0, relayctl VERSION", got.code, got.stdout)
+	}
+	mk, err := os.ReadFile(filepath.Join(testharness.ModuleRoot(), "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(mk), "\n") {
+		if strings.Contains(line, "-o bin/relayctl") && !strings.Contains(line, "$(LDFLAGS)") {
+			t.Errorf("Makefile builds relayctl without $(LDFLAGS) (-X main.version): %q", strings.TrimSpace(line))
+		}
+	}
+}
