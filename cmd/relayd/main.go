@@ -232,7 +232,10 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 func dialOut(ctx context.Context, o options, srv *session.Server, log zerolog.Logger, stopped <-chan struct{}) error {
 	conn, err := dial(ctx, o, log, stopped, time.Now().Add(o.connectTimeout), nil)
 	if err != nil {
-		return &exitError{exitUsage, err}
+		// A log line like every other (main prints nothing more for an
+		// exitError without err): a log collector sees why relayd exits 2.
+		log.Error().Err(err).Msg("exiting: no session with the controller, nothing ran")
+		return &exitError{code: exitUsage}
 	}
 	log.Info().Str("addr", o.connect).Str("version", version).Msg("connected to controller")
 	verified := srv.ServeOne(conn)
