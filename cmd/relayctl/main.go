@@ -240,18 +240,18 @@ func dispatch(ctx context.Context, verb string, o options, token string, command
 	}
 	// accept: the command if one was given, then verify, which ends a
 	// dial-out relayd's session (it exits 0 when every settlement held).
-	code := 0
-	if len(command) > 0 {
-		if code, err = execute(ctx, c, o, command, out); err != nil {
-			return 0, err
-		}
+	if len(command) == 0 {
+		return verify(ctx, c, out)
 	}
-	vcode, err := verify(ctx, c, out)
+	code, err := execute(ctx, c, o, command, out)
 	if err != nil {
 		return 0, err
 	}
-	if len(command) == 0 {
-		code = vcode
+	// The command's status was printed: it is relayctl's status even when
+	// verify fails (a relayd stopped mid-run ends the session with its
+	// reply), with a line saying verify could not be asked.
+	if _, err := verify(ctx, c, out); err != nil {
+		fmt.Fprintf(out.stderr, "relayctl accept: verify: %v (exiting with the command's status, %d)\n", err, code)
 	}
 	return code, nil
 }

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -208,5 +210,57 @@ func TestVersion(t *testing.T) {
 		if strings.Contains(line, "-o bin/relayctl") && !strings.Contains(line, "$(LDFLAGS)") {
 			t.Errorf("Makefile builds relayctl without $(LDFLAGS) (-X main.version): %q", strings.TrimSpace(line))
 		}
+	}
+}
+
+// TestAcceptRelaydStopped: a dial-out relayd stopped (SIGTERM) while
+// relayctl accept's command runs settles it and replies; relayctl prints
+// that reply's status and exits with it, although verify can no longer
+// be asked (the session ended with relayd).
+func TestAcceptRelaydStopped(t *testing.T) {
+	ln := freeAddr(t)
+	d, err := testharness.Prepare(testharness.Options{Bin: relaydBin, Dir: t.TempDir(), Connect: ln,
+		Args: []string{"--scope", "process-group", "--term-grace", "300ms", "--connect-timeout", "30s",
+			"--state-dir", filepath.Join(t.TempDir(), "state")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Kill)
+	if err := d.Launch(); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(relayctlBin, "accept", "--listen", ln, "--", "sh", "-c", "touch started; exec sleep 30")
+	cmd.Env = append(testharness.CleanEnv(), "RELAYD_TOKEN="+d.Token)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	started := filepath.Join(d.Workspace, "started")
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(started); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the command did not start within 20s: %s", stderr.String())
+		}
+	}
+	if _, err := d.Stop(15 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill() // the relayctl this test started
+		t.Fatal("relayctl accept did not exit within 30s of relayd's")
+	}
+	m := regexp.MustCompile(`relayctl: \S+, exit (\d+)`).FindStringSubmatch(stderr.String())
+	if m == nil {
+		t.Fatalf("relayctl printed no executed reply: %q", stderr.String())
+	}
+	if got := strconv.Itoa(cmd.ProcessState.ExitCode()); got != m[1] {
+		t.Fatalf("relayctl accept exited %s after printing exit %s: %q", got, m[1], stderr.String())
 	}
 }
