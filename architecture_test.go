@@ -167,3 +167,47 @@ func TestArchitectureMustNot(t *testing.T) {
 		}
 	}
 }
+
+// filesInDoc are the packages whose doc comment maps their files: each
+// file of the package is named there (a * stands for any text), and
+// each name there is a file. A package doc that covers a third of its
+// package fails here.
+var filesInDoc = map[string]string{
+	"cmd/relayd":    "main.go",
+	"internal/exec": "doc.go",
+}
+
+var goFileName = regexp.MustCompile(`[A-Za-z0-9_*]+\.go\b`)
+
+func TestPackageDocsNameEveryFile(t *testing.T) {
+	for dir, docFile := range filesInDoc {
+		b, err := os.ReadFile(filepath.Join(dir, docFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc, _, _ := strings.Cut(string(b), "\npackage ")
+		names := goFileName.FindAllString(doc, -1)
+		files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+		named := map[string]bool{}
+		for _, f := range files {
+			f = filepath.Base(f)
+			if strings.HasSuffix(f, "_test.go") || f == docFile && docFile == "doc.go" {
+				continue
+			}
+			for _, n := range names {
+				if ok, _ := filepath.Match(n, f); ok {
+					named[n] = true
+					named[f] = true
+				}
+			}
+			if !named[f] {
+				t.Errorf("%s/%s is not named in the package doc (%s): say what it holds", dir, f, docFile)
+			}
+		}
+		for _, n := range names {
+			if !named[n] {
+				t.Errorf("the package doc of %s (%s) names %s, which is no file there", dir, docFile, n)
+			}
+		}
+	}
+}
