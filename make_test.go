@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -85,5 +86,27 @@ func TestMakeRunKeepsARunningRelaydsToken(t *testing.T) {
 	defer c.Close()
 	if _, err := c.Ready(ctx); err != nil {
 		t.Fatalf("ready: %v", err)
+	}
+}
+
+// TestContributingTargetsExist: every make target CONTRIBUTING.md tells a
+// contributor to run is a target of the Makefile.
+func TestContributingTargetsExist(t *testing.T) {
+	doc, err := os.ReadFile("CONTRIBUTING.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk, err := os.ReadFile("Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets := regexp.MustCompile("`make ([a-z-]+)`").FindAllStringSubmatch(string(doc), -1)
+	if len(targets) == 0 {
+		t.Fatal("CONTRIBUTING.md names no make target")
+	}
+	for _, m := range targets {
+		if !regexp.MustCompile(`(?m)^` + m[1] + `:`).Match(mk) {
+			t.Errorf("CONTRIBUTING.md says make %s; the Makefile has no such target", m[1])
+		}
 	}
 }
