@@ -151,9 +151,26 @@ func TestArchitectureImports(t *testing.T) {
 	}
 }
 
+// mustNotImport are "must not" cells an import list can show: a
+// package's direct imports (non-test files) exclude these.
+var mustNotImport = map[string][]string{
+	"internal/protocol":    {"net", "log", "os/exec"}, // no I/O on a connection, no logging, runs nothing
+	"internal/session":     {"os/exec"},               // starts nothing itself: internal/exec does
+	"internal/testharness": {"testing"},               // a caller turns its errors into failures
+}
+
 // TestArchitectureMustNot enforces the "must not" rules that an import
-// graph can show, over everything each package links.
+// graph can show: direct imports (mustNotImport), and over everything
+// each package links, zerolog's global logger, testharness, and os/exec
+// in relayd.
 func TestArchitectureMustNot(t *testing.T) {
+	for _, p := range goList(t, `{{.ImportPath}} {{join .Imports " "}}`, "relayd_faults,relayd_profile") {
+		for _, imp := range p.imports {
+			if slices.Contains(mustNotImport[p.path], imp) {
+				t.Errorf("%s imports %s, which ARCHITECTURE.md's \"must not\" cell rules out", p.path, imp)
+			}
+		}
+	}
 	for _, p := range goList(t, `{{.ImportPath}} {{join .Deps " "}}`, "") {
 		for _, d := range p.imports {
 			switch {
