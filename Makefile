@@ -2,7 +2,7 @@
 GO        ?= go
 VERSION   ?= 0.1.0
 COMMIT    := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
-# STAMP is the version the binary reports (relayd --version, ready.version) and make run's banner shows.
+# STAMP is the version the binaries report (relayd --version, ready.version, relayctl --version) and make run's banner shows.
 STAMP     := $(VERSION)+$(COMMIT)
 LDFLAGS   := -s -w -X main.version=$(STAMP)
 BIN       := bin/relayd
@@ -15,19 +15,27 @@ SHARED    ?= ../shared
 ## build: static binaries in bin/relayd and bin/relayctl (the controller for people), version stamped
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/relayd
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/relayctl ./cmd/relayctl
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/relayctl ./cmd/relayctl
 
-## run: relayd on $(LISTEN) with a fresh token file, a scratch workspace and readable logs
-run: build
+## run: relayd on $(LISTEN) with a token file, a scratch workspace and readable logs
+# The token file is made only when missing, never rewritten: a second make
+# run while one runs fails on the taken port, and had it written a new
+# token first, the running relayd's would no longer match the file.
+# rm $(RUNDIR)/token for a new one.
+run: build $(RUNDIR)/token
 	@mkdir -p $(RUNDIR)/workspace
-	@umask 077; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > $(RUNDIR)/token
-	@echo "relayd $(STAMP) on $(LISTEN); token in $(RUNDIR)/token (fresh each run), workspace $(RUNDIR)/workspace"
+	@echo "relayd $(STAMP) on $(LISTEN); token in $(RUNDIR)/token (kept; rm it for a new one), workspace $(RUNDIR)/workspace"
 	@echo "Talk to it from another terminal:"
 	@echo '  T=$$(cat $(RUNDIR)/token)'
 	@printf '  printf %s "$$T" | nc -q 1 %s\n' "'{\"token\":\"%s\",\"kind\":\"ready\"}\\n'" "$(subst :, ,$(LISTEN))"
 	@echo '  or: RELAYD_TOKEN=$$(cat $(RUNDIR)/token) bin/relayctl exec --addr $(LISTEN) -- echo hello'
 	@echo "(README.md has a whole netcat session, and relayctl's.) Ctrl-C stops relayd."
 	@exec $(BIN) --listen $(LISTEN) --token-file $(RUNDIR)/token --workspace $(RUNDIR)/workspace --log-format console
+
+# Written under another name and renamed, so that the file is never seen half written.
+$(RUNDIR)/token:
+	@mkdir -p $(RUNDIR)
+	@umask 077; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > $@.new && mv $@.new $@
 
 # The race detector needs cgo (gcc); without gcc the tests run without it.
 RACE      := $(shell command -v gcc >/dev/null 2>&1 && echo -race)

@@ -155,6 +155,15 @@ func TestDialOut(t *testing.T) {
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
 			t.Fatalf("exit %v; want 2 when no controller answers: %s", err, out)
 		}
+		// Its last word is a log line like every other, not plain text.
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if !json.Valid([]byte(line)) {
+				t.Errorf("relayd wrote %q, not a JSON log line", line)
+			}
+		}
+		if !strings.Contains(string(out), `"level":"error"`) || !strings.Contains(string(out), "no controller answered") {
+			t.Errorf("relayd's log does not say, at level error, that no controller answered: %s", out)
+		}
 	})
 }
 

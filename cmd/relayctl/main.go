@@ -32,6 +32,9 @@ import (
 // be taken for a subject's status, 124 (framework timeout) or 126/127.
 const exitFailed = 125
 
+// version is stamped by the build (make build: -X main.version, as relayd's).
+var version = "0.1.0-dev"
+
 const usage = `relayctl talks to relayd (docs/protocol.md).
 
   relayctl exec [flags] -- COMMAND ARGS...   run COMMAND; print its stdout; exit with its status
@@ -43,6 +46,7 @@ const usage = `relayctl talks to relayd (docs/protocol.md).
   relayctl accept --listen ADDR [flags] [-- COMMAND ARGS...]
                                              wait for a relayd that dials out (relayd --connect),
                                              run COMMAND if given, then verify
+  relayctl --version                         print relayctl's version
 
 The token comes from --token-file FILE or the environment variable
 RELAYD_TOKEN, never from a flag's value. Exit status: the command's own
@@ -76,6 +80,10 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		if len(args) == 0 {
 			return exitFailed
 		}
+		return 0
+	}
+	if args[0] == "--version" || args[0] == "version" {
+		fmt.Fprintf(stdout, "relayctl %s (protocol 1)\n", version)
 		return 0
 	}
 	verb := args[0]
@@ -232,18 +240,18 @@ func dispatch(ctx context.Context, verb string, o options, token string, command
 	}
 	// accept: the command if one was given, then verify, which ends a
 	// dial-out relayd's session (it exits 0 when every settlement held).
-	code := 0
-	if len(command) > 0 {
-		if code, err = execute(ctx, c, o, command, out); err != nil {
-			return 0, err
-		}
+	if len(command) == 0 {
+		return verify(ctx, c, out)
 	}
-	vcode, err := verify(ctx, c, out)
+	code, err := execute(ctx, c, o, command, out)
 	if err != nil {
 		return 0, err
 	}
-	if len(command) == 0 {
-		code = vcode
+	// The command's status was printed: it is relayctl's status even when
+	// verify fails (a relayd stopped mid-run ends the session with its
+	// reply), with a line saying verify could not be asked.
+	if _, err := verify(ctx, c, out); err != nil {
+		fmt.Fprintf(out.stderr, "relayctl accept: verify: %v (exiting with the command's status, %d)\n", err, code)
 	}
 	return code, nil
 }

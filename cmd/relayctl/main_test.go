@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -179,5 +181,86 @@ func TestFailures(t *testing.T) {
 				t.Fatalf("got %d, stderr %q; want 125 saying %q", got.code, got.stderr, tt.want)
 			}
 		})
+	}
+}
+
+// TestVersion: relayctl --version prints the version make build stamps
+// with -X main.version (the same LDFLAGS as relayd's), and the Makefile
+// stamps relayctl.
+func TestVersion(t *testing.T) {
+	stamped := filepath.Join(t.TempDir(), "relayctl")
+	if err := testharness.Build(stamped, "relayctl", "-ldflags", "-X main.version=9.8.7+abc"); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"--version"}, {"version"}} {
+		cmd := exec.Command(stamped, args...)
+		out, err := cmd.Output()
+		if err != nil || string(out) != "relayctl 9.8.7+abc (protocol 1)\n" {
+			t.Errorf("relayctl %v: %q, %v; want \"relayctl 9.8.7+abc (protocol 1)\\n\", exit 0", args, out, err)
+		}
+	}
+	if got := relayctl(t, nil, "--version"); got.code != 0 || !strings.HasPrefix(got.stdout, "relayctl ") {
+		t.Errorf("unstamped relayctl --version: %d, %q; want 0, relayctl VERSION", got.code, got.stdout)
+	}
+	mk, err := os.ReadFile(filepath.Join(testharness.ModuleRoot(), "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(mk), "\n") {
+		if strings.Contains(line, "-o bin/relayctl") && !strings.Contains(line, "$(LDFLAGS)") {
+			t.Errorf("Makefile builds relayctl without $(LDFLAGS) (-X main.version): %q", strings.TrimSpace(line))
+		}
+	}
+}
+
+// TestAcceptRelaydStopped: a dial-out relayd stopped (SIGTERM) while
+// relayctl accept's command runs settles it and replies; relayctl prints
+// that reply's status and exits with it, although verify can no longer
+// be asked (the session ended with relayd).
+func TestAcceptRelaydStopped(t *testing.T) {
+	ln := freeAddr(t)
+	d, err := testharness.Prepare(testharness.Options{Bin: relaydBin, Dir: t.TempDir(), Connect: ln,
+		Args: []string{"--scope", "process-group", "--term-grace", "300ms", "--connect-timeout", "30s",
+			"--state-dir", filepath.Join(t.TempDir(), "state")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Kill)
+	if err := d.Launch(); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(relayctlBin, "accept", "--listen", ln, "--", "sh", "-c", "touch started; exec sleep 30")
+	cmd.Env = append(testharness.CleanEnv(), "RELAYD_TOKEN="+d.Token)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	started := filepath.Join(d.Workspace, "started")
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(started); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the command did not start within 20s: %s", stderr.String())
+		}
+	}
+	if _, err := d.Stop(15 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill() // the relayctl this test started
+		t.Fatal("relayctl accept did not exit within 30s of relayd's")
+	}
+	m := regexp.MustCompile(`relayctl: \S+, exit (\d+)`).FindStringSubmatch(stderr.String())
+	if m == nil {
+		t.Fatalf("relayctl printed no executed reply: %q", stderr.String())
+	}
+	if got := strconv.Itoa(cmd.ProcessState.ExitCode()); got != m[1] {
+		t.Fatalf("relayctl accept exited %s after printing exit %s: %q", got, m[1], stderr.String())
 	}
 }

@@ -265,8 +265,23 @@ func (c *capList) Set(s string) error {
 // are case-insensitive: kb is kB, MIB is MiB.
 type byteSize int64
 
-func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
-func (b *byteSize) Type() string   { return "bytes" }
+// String writes the size as a person would, in the largest unit that
+// holds it exactly (1MiB, 100kB; else bytes), so that --help shows
+// "(default 1MiB)" rather than 1048576. Set reads it back.
+func (b *byteSize) String() string {
+	n := int64(*b)
+	for _, u := range []struct {
+		size int64
+		name string
+	}{{1 << 30, "GiB"}, {1 << 20, "MiB"}, {1 << 10, "KiB"}, {1e9, "GB"}, {1e6, "MB"}, {1e3, "kB"}} {
+		if n != 0 && n%u.size == 0 {
+			return strconv.FormatInt(n/u.size, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func (b *byteSize) Type() string { return "bytes" }
 
 func (b *byteSize) Set(s string) error {
 	n, err := parseByteSize(s)

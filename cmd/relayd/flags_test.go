@@ -42,16 +42,16 @@ var section9 = map[string]string{
 	"peer-timeout":     "30s",
 	"max-connections":  "1024",
 	"subject-user":     "",
-	"max-line-bytes":   "1048576", // 1MiB
-	"max-stdout-bytes": "1048576", // 1MiB
-	"max-stderr-bytes": "1048576", // 1MiB
+	"max-line-bytes":   "1MiB",
+	"max-stdout-bytes": "1MiB",
+	"max-stderr-bytes": "1MiB",
 	"artifacts-dir":    "",
 	"state-dir":        "/run/relayd",
 	"scope":            "auto",
 	"log-level":        "info",
 	"log-format":       "json",
 
-	"max-artifact-bytes": "67108864", // 64MiB
+	"max-artifact-bytes": "64MiB",
 	"artifacts-layout":   "relayd",
 	"drop-capabilities":  "",
 	"require-netns":      "",
@@ -407,6 +407,35 @@ func TestParseByteSize(t *testing.T) {
 
 // A size with a unit relayd does not take is refused with every unit it
 // does take, so that the person can pick one.
+// TestByteSizeString: --help and the flag set print sizes as a person
+// writes them (1MiB, not 1048576), in a form Set reads back.
+func TestByteSizeString(t *testing.T) {
+	for _, tt := range []struct {
+		n    int64
+		want string
+	}{
+		{0, "0"}, {1, "1"}, {1023, "1023"}, {1024, "1KiB"}, {1 << 20, "1MiB"}, {64 << 20, "64MiB"},
+		{3 << 30, "3GiB"}, {1536, "1536"}, {1000, "1kB"}, {100000, "100kB"}, {2000000, "2MB"},
+		{5000000000, "5GB"}, {12345, "12345"}, {1 << 40, "1024GiB"},
+	} {
+		b := byteSize(tt.n)
+		got := b.String()
+		if got != tt.want {
+			t.Errorf("byteSize(%d).String() = %q; want %q", tt.n, got, tt.want)
+		}
+		if back, err := parseByteSize(got); err != nil || back != tt.n {
+			t.Errorf("parseByteSize(%q) = %d, %v; want %d back", got, back, err, tt.n)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if err := run([]string{"--help"}, noEnv, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stdout.String(), "(default 1MiB)") || strings.Contains(stdout.String(), "1048576") {
+		t.Errorf("--help prints sizes raw; want (default 1MiB): %q", stdout.String())
+	}
+}
+
 func TestParseByteSizeErrorListsUnits(t *testing.T) {
 	units := []string{"B", "kB", "MB", "GB", "KiB", "MiB", "GiB"}
 	for _, in := range []string{"1TB", "5xb", "2G", "1K", "1M", "3 KIBI"} {

@@ -3,8 +3,24 @@
 // docs/protocol.md over TCP, runs each command in a tracked scope, and
 // settles that scope when the framework's time is up.
 //
-// This file holds flags, the logger and signals; main calls run and nothing
-// else exits.
+// main calls run and nothing else exits. Where to look:
+//
+//	main.go          run: startup in order, the token (loadToken,
+//	                 checkTokenFile), the logger, SIGTERM/SIGINT shutdown,
+//	                 dial-out (dialOut, dial) and the exit statuses
+//	flags.go         every flag, its RELAYD_* twin, defaults, validation
+//	signals.go       rule 6.8: every other catchable signal is logged and
+//	                 shrugged off (sigcount_*.go: those Go cannot deliver)
+//	scope.go         choosing the scope mechanism; the destroy command
+//	isolation.go     refusing to start outside --require-netns, or holding
+//	                 NET_RAW under Maka's egress rule; --artifacts-dir checks
+//	leftovers.go     settling what a dead relayd left (rule 6.10), with
+//	state.go         the --state-dir records of running scopes
+//	profile_*.go     a CPU profile, in a relayd_profile build only
+//	term_linux.go    whether the log goes to a terminal (colours)
+//
+// Which flags exist and what they default to is `relayd --help` and
+// docs/deploy.md, not this comment.
 package main
 
 import (
@@ -232,7 +248,10 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 func dialOut(ctx context.Context, o options, srv *session.Server, log zerolog.Logger, stopped <-chan struct{}) error {
 	conn, err := dial(ctx, o, log, stopped, time.Now().Add(o.connectTimeout), nil)
 	if err != nil {
-		return &exitError{exitUsage, err}
+		// A log line like every other (main prints nothing more for an
+		// exitError without err): a log collector sees why relayd exits 2.
+		log.Error().Err(err).Msg("exiting: no session with the controller, nothing ran")
+		return &exitError{code: exitUsage}
 	}
 	log.Info().Str("addr", o.connect).Str("version", version).Msg("connected to controller")
 	verified := srv.ServeOne(conn)

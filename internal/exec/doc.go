@@ -1,25 +1,39 @@
-// Package exec starts subjects in tracked scopes, drains their output and
-// waits for them.
+// Package exec is everything of relayd that touches a subject's processes,
+// in five jobs:
 //
-// It never invokes a shell: a command is a program and its arguments.
-// Every subject is started by a shim of its own, relayd's binary
-// re-executed as a child subreaper, whose subtree is the scope and whose
-// wait is the evidence; the package holds both sides of it. Where to look:
+//   - Starting a subject through a shim of its own: relayd's binary
+//     re-executed as a child subreaper, whose subtree is the scope and
+//     whose wait is the evidence. The package holds both sides: the shim
+//     process (shim_linux.go), relayd's pool of idle shims and its bounded
+//     requests (shims_linux.go), the frames between them
+//     (shimwire_linux.go), and Start, which makes the output pipes and
+//     hands the shim the start request (spawn_linux.go). drain_linux.go
+//     drains a subject's output without ever waiting for EOF to report its
+//     exit.
+//   - The scope mechanisms: Mechanism and Scope (scope.go), what the
+//     session and internal/teardown use; process groups, the shim's subtree
+//     alone (pgroup_linux.go); cgroup v2, a leaf per execution besides the
+//     subtree (cgroup_linux.go). Adding one is a type in a file of its own
+//     and a case in cmd/relayd/scope.go.
+//   - Reaping: relayd's one Reaper (reaper_linux.go) waits for its own
+//     children only (the shims, the --destroy-command that RunBounded runs
+//     in run_linux.go, orphans a dead shim leaves); each shim reaps its own
+//     subtree. No other code of relayd calls wait.
+//   - Reading /proc (proc_linux.go): stat, children, argv, the members of
+//     a subtree, and signalling a member only after its identity (pid and
+//     start time) is checked.
+//   - What outlives relayd (protocol rule 6.10): --state-dir records of
+//     running process-group scopes (state_linux.go), and the leftovers a
+//     relayd that no longer runs left, found from those records or from
+//     populated cgroup leaves (leftover_linux.go, leftover_cgroup_linux.go).
 //
-//	spawn_linux.go      Start: pipes, the shim's start request, the Subject
-//	shim_linux.go       the shim process: fork, reap, walk, signal, settle on relayd's death
-//	shims_linux.go      relayd's side: the pool of shims, requests and their bounds
-//	shimwire_linux.go   the frames between them
-//	scope.go            Mechanism and Scope, what the session and teardown use
-//	pgroup_linux.go     the process-group mechanism: the shim's subtree
-//	cgroup_linux.go     the cgroup v2 mechanism: a leaf per execution, plus the shim's subtree
-//	reaper_linux.go     relayd's one reaper (its shims, and what a dead shim leaves)
-//	proc_linux.go       reading /proc: stat, children, argv; signalMember
-//	state_linux.go      --state-dir records; leftover*_linux.go: what a dead relayd left
-//	drain_linux.go      output drains; run_linux.go: the destroy command
+// fault_on.go and fault_off.go are test seams that only a binary built
+// with the relayd_faults tag can reach.
 //
-// One component reaps each process: relayd's Reaper its own children (the
-// shims, the destroy command, orphans of a dead shim), each shim its
-// subtree. It does not decide when a scope ends; settling is
-// internal/teardown.
+// It never invokes a shell: a command is a program and its arguments (the
+// operator's --destroy-command, run with /bin/sh -c by cmd/relayd, is the
+// one exception, and not a subject). It does not decide when a scope ends
+// or how it is settled: that is internal/session's call and
+// internal/teardown's algorithm (a shim whose relayd died runs
+// teardown.Settle on its own subtree).
 package exec

@@ -1,0 +1,112 @@
+package relayd
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/relayd/relayd/client"
+)
+
+// TestMakeRunKeepsARunningRelaydsToken: a second make run while one runs
+// fails (the port is taken) and leaves .run/token as it was, so the
+// running relayd's token still opens it.
+func TestMakeRunKeepsARunningRelaydsToken(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	dir := t.TempDir()
+	vars := []string{"RUNDIR=" + filepath.Join(dir, "run"), "BIN=" + filepath.Join(dir, "relayd"), "LISTEN=" + addr}
+	makeRun := func() *exec.Cmd {
+		cmd := exec.Command("make", append([]string{"--no-print-directory", "run"}, vars...)...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // make and the relayd it execs: one group, ours
+		return cmd
+	}
+	first := makeRun()
+	var firstOut bytes.Buffer
+	first.Stdout, first.Stderr = &firstOut, &firstOut
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	firstDone := make(chan error, 1)
+	go func() { firstDone <- first.Wait() }()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-first.Process.Pid, syscall.SIGTERM) // the group this test started
+		select {
+		case <-firstDone:
+		case <-time.After(20 * time.Second):
+			_ = syscall.Kill(-first.Process.Pid, syscall.SIGKILL)
+			<-firstDone
+		}
+	})
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("make run did not listen on %s within 60s: %s", addr, firstOut.String())
+		}
+	}
+	tokenFile := filepath.Join(dir, "run", "token")
+	before, err := os.ReadFile(tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	second := makeRun()
+	out, err := second.CombinedOutput()
+	if err == nil {
+		t.Fatalf("a second make run on %s succeeded; want it to fail (the port is taken): %s", addr, out)
+	}
+	after, err := os.ReadFile(tokenFile)
+	if err != nil || !bytes.Equal(before, after) {
+		t.Fatalf("the second make run changed %s (%v): the running relayd's token no longer matches", tokenFile, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := (&client.Dialer{}).Dial(ctx, addr, strings.TrimSpace(string(after)))
+	if err != nil {
+		t.Fatalf("the running relayd refuses the token in %s: %v", tokenFile, err)
+	}
+	defer c.Close()
+	if _, err := c.Ready(ctx); err != nil {
+		t.Fatalf("ready: %v", err)
+	}
+}
+
+// TestContributingTargetsExist: every make target CONTRIBUTING.md tells a
+// contributor to run is a target of the Makefile.
+func TestContributingTargetsExist(t *testing.T) {
+	doc, err := os.ReadFile("CONTRIBUTING.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk, err := os.ReadFile("Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets := regexp.MustCompile("`make ([a-z-]+)`").FindAllStringSubmatch(string(doc), -1)
+	if len(targets) == 0 {
+		t.Fatal("CONTRIBUTING.md names no make target")
+	}
+	for _, m := range targets {
+		if !regexp.MustCompile(`(?m)^` + m[1] + `:`).Match(mk) {
+			t.Errorf("CONTRIBUTING.md says make %s; the Makefile has no such target", m[1])
+		}
+	}
+}
