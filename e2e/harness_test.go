@@ -168,9 +168,12 @@ func prepare(t testing.TB, o opts) *daemon {
 		args = append(args, "--scope", o.scope)
 	}
 	// Each relayd records its running scopes in its test's directory, not in
-	// the machine's /run/relayd (a test's o.env may name another).
+	// the machine's /run/relayd (a test's o.env may name another), and
+	// serves relayd bridge there (t.TempDir's name is at most 64 bytes
+	// long, so the socket's path fits a sockaddr_un).
 	h, err := testharness.Prepare(testharness.Options{Bin: bin, Dir: dir, Args: append(args, o.args...),
-		Env: append(append(cleanEnv(), "RELAYD_STATE_DIR="+filepath.Join(dir, "state")), o.env...)})
+		Env: append(append(cleanEnv(), "RELAYD_STATE_DIR="+filepath.Join(dir, "state"),
+			"RELAYD_SOCKET="+filepath.Join(dir, "relayd.sock")), o.env...)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -166,7 +166,7 @@ func TestReadmeContainerExamplesAreTheTestedFiles(t *testing.T) {
 	section := docSection(t, deployDoc, "## Putting relayd into an eval container")
 	for _, name := range []string{"docker/Dockerfile", "docker/run.sh", "docker/exec.sh",
 		"docker/network.sh", "docker/dialout.sh", "compose/compose.yaml",
-		"docker/nc.sh", "docker/run-cgroup.sh", "docker/rm-cgroup.sh"} {
+		"docker/nc.sh", "docker/bridge.sh", "docker/run-cgroup.sh", "docker/rm-cgroup.sh"} {
 		file, err := os.ReadFile(filepath.Join("..", "deploy", name))
 		if err != nil {
 			t.Fatal(err)

@@ -33,6 +33,8 @@ type options struct {
 	artifactsDir    string
 	stateDir        string
 	stateDirGiven   bool     // --state-dir or its twin was set: a directory that cannot be used is an error, not a warning
+	socket          string   // --socket: the Unix socket relayd bridge reaches (listen mode); "" for none
+	socketGiven     bool     // --socket or its twin was set: a socket that cannot be made is an error, not a warning
 	artifactLimit   byteSize // --max-artifact-bytes
 	artifactsLayout string   // --artifacts-layout: relayd or maka
 	dropCaps        capList  // --drop-capabilities: capability numbers, sorted
@@ -61,6 +63,7 @@ func defaultOptions() options {
 		maxStdoutBytes:  1 << 20,
 		maxStderrBytes:  1 << 20,
 		stateDir:        "/run/relayd",
+		socket:          "/run/relayd/relayd.sock",
 		artifactLimit:   64 << 20,
 		artifactsLayout: "relayd",
 		scope:           "auto",
@@ -103,6 +106,7 @@ func parseFlags(args []string, getenv func(string) string) (options, *pflag.Flag
 	fs.Var(&o.maxStderrBytes, "max-stderr-bytes", "stderr returned per execution that asks for it (captureStderr)")
 	fs.StringVar(&o.artifactsDir, "artifacts-dir", o.artifactsDir, "directory for each execution's complete stdout and stderr")
 	fs.StringVar(&o.stateDir, "state-dir", o.stateDir, "directory where relayd records its running process-group scopes, so that a relayd started after this one is killed settles what it left running")
+	fs.StringVar(&o.socket, "socket", o.socket, "Unix socket (mode 0600) relayd also serves in listen mode, for relayd bridge: a controller reaches relayd through any exec channel (docker exec -i C relayd bridge); empty turns it off")
 	fs.Var(&o.artifactLimit, "max-artifact-bytes", "most bytes of one stream kept in --artifacts-dir per execution; past it the artifact stops growing and the rest is drained and dropped")
 	fs.StringVar(&o.artifactsLayout, "artifacts-layout", o.artifactsLayout, "artifact file names: relayd (x-N.stdout.txt per execution) or maka (maka-subject.stdout.txt and maka-subject.stderr.txt, overwritten per execution, as Maka's relay writes them; --artifacts-dir defaults to "+makaArtifactsDir+")")
 	fs.Var(&o.dropCaps, "drop-capabilities", "capabilities removed from every subject's sets, comma-separated (e.g. NET_RAW,NET_ADMIN); MAKA_EVAL_EGRESS_REQUIRED=1 makes relayd refuse to start while it holds NET_RAW or NET_ADMIN that this does not drop")
@@ -141,6 +145,7 @@ func parseFlags(args []string, getenv func(string) string) (options, *pflag.Flag
 		return o, fs, twinErr
 	}
 	o.stateDirGiven = fs.Changed("state-dir")
+	o.socketGiven = fs.Changed("socket")
 	if o.artifactsLayout == "maka" && o.artifactsDir == "" {
 		o.artifactsDir = makaArtifactsDir
 	}

@@ -55,6 +55,7 @@ var section9 = map[string]string{
 	"artifacts-layout":   "relayd",
 	"drop-capabilities":  "",
 	"require-netns":      "",
+	"socket":             "/run/relayd/relayd.sock",
 }
 
 func TestParseFlagsDefaults(t *testing.T) {
@@ -75,6 +76,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 		maxStdoutBytes:  1 << 20,
 		maxStderrBytes:  1 << 20,
 		stateDir:        "/run/relayd",
+		socket:          "/run/relayd/relayd.sock",
 		artifactLimit:   64 << 20,
 		artifactsLayout: "relayd",
 		scope:           "auto",
@@ -136,6 +138,7 @@ var twinCases = map[string]twinCase{
 	"max-stderr-bytes": {"3KiB", func(o options) bool { return o.maxStderrBytes == 3<<10 }, "1TB"},
 	"artifacts-dir":    {"/artifacts", func(o options) bool { return o.artifactsDir == "/artifacts" }, ""},
 	"state-dir":        {"/srv/state", func(o options) bool { return o.stateDir == "/srv/state" && o.stateDirGiven }, ""},
+	"socket":           {"/srv/relayd.sock", func(o options) bool { return o.socket == "/srv/relayd.sock" && o.socketGiven }, ""},
 	"scope":            {"process-group", func(o options) bool { return o.scope == "process-group" }, ""},
 	"cgroup-root":      {"/sys/fs/cgroup/x", func(o options) bool { return o.cgroupRoot == "/sys/fs/cgroup/x" }, ""},
 	"destroy-command":  {"reboot-vm", func(o options) bool { return o.destroyCommand == "reboot-vm" }, ""},
@@ -252,6 +255,7 @@ func TestFlagWinsOverTwin(t *testing.T) {
 		"scope": "cgroup", "cgroup-root": "/flag/cg", "destroy-command": "true",
 		"log-format": "json", "log-level": "warn",
 		"artifacts-layout": "relayd", "drop-capabilities": "SYS_ADMIN", "require-netns": "/run/netns/egress",
+		"socket": "/flag/relayd.sock",
 	}
 	for _, f := range allFlags(t) {
 		if noTwin[f.Name] {

@@ -18,6 +18,8 @@
 //	state.go         the --state-dir records of running scopes
 //	profile_*.go     a CPU profile, in a relayd_profile build only
 //	term_linux.go    whether the log goes to a terminal (colours)
+//	socket_linux.go  the Unix socket relayd bridge reaches (--socket)
+//	bridge.go        relayd bridge: stdin and stdout to that socket
 //
 // Which flags exist and what they default to is `relayd --help` and
 // docs/deploy.md, not this comment.
@@ -68,6 +70,9 @@ func main() {
 	// relayd re-executed as an execution's shim (internal/exec/shim_linux.go):
 	// it serves relayd over its socket and never returns.
 	exec.ShimMain(func() { catchUncaught() })
+	if len(os.Args) > 1 && os.Args[1] == "bridge" {
+		os.Exit(bridgeMain(os.Args[2:], os.Getenv, os.Stdin, os.Stdout, os.Stderr))
+	}
 	err := run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	if err == nil {
 		return
@@ -149,6 +154,13 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		}
 		defer ln.Close()
 	}
+	sock, err := bridgeSocket(o, log)
+	if err != nil {
+		return &exitError{exitUsage, err}
+	}
+	if sock != nil {
+		defer sock.Close()
+	}
 	defer startProfile()()
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -198,6 +210,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 
 		ArtifactsLayout: o.artifactsLayout,
 		RequireNetns:    netns,
+		Bridge:          sock != nil,
 	})
 
 	sigs := make(chan os.Signal, 2)
@@ -229,7 +242,12 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	}
 	log.Info().Str("addr", ln.Addr().String()).Str("version", version).Str("workspace", workspace).
 		Str("subjectUser", o.subjectUser).Msg("listening")
-	if err := srv.Serve(ln); err != nil {
+	lns := []net.Listener{ln}
+	if sock != nil {
+		lns = append(lns, sock)
+		log.Info().Str("socket", o.socket).Msg("serving relayd bridge on the Unix socket")
+	}
+	if err := srv.Serve(lns...); err != nil {
 		log.Error().Err(err).Msg("accept failed")
 		return &exitError{exitUnconfirmed, err}
 	}
@@ -309,6 +327,25 @@ func dial(ctx context.Context, o options, log zerolog.Logger, stopped <-chan str
 		}
 		backoff = min(backoff*2, limit)
 	}
+}
+
+// bridgeSocket listens on --socket in listen mode (dial-out has its one
+// controller). A default socket that cannot be made (relayd not root, a
+// read-only /run, another relayd on it) is a warning: the TCP listener is
+// what most deployments use. A --socket that was asked for is an error.
+func bridgeSocket(o options, log zerolog.Logger) (net.Listener, error) {
+	if o.connect != "" || o.socket == "" {
+		return nil, nil
+	}
+	sock, err := listenSocket(o.socket)
+	switch {
+	case err == nil:
+		return sock, nil
+	case o.socketGiven:
+		return nil, fmt.Errorf("--socket %s: %v", o.socket, err)
+	}
+	log.Warn().Err(err).Str("socket", o.socket).Msg("not serving relayd bridge: the Unix socket cannot be made (--socket PATH picks another, --socket= turns it off)")
+	return nil, nil
 }
 
 // loadToken reads the token from file, else from RELAYD_TOKEN. Surrounding

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -402,11 +403,20 @@ func (cn *conn) token() string {
 	return ""
 }
 
+// extensions are what ready lists (protocol 4.6): the bridge only while
+// its socket is served.
+func (s *Server) extensions() []string {
+	if !s.cfg.Bridge {
+		return protocol.Extensions
+	}
+	return append(slices.Clip(protocol.Extensions), "bridge")
+}
+
 func (cn *conn) ready(id json.RawMessage) protocol.Ready {
 	cfg := cn.srv.cfg
 	r := protocol.Ready{Token: cn.token(), Kind: "ready", ID: id, Instruction: cfg.Instruction,
 		Cwd: cfg.Workspace, Protocol: protocol.Version, Version: cfg.Version, Scope: cfg.Mechanism,
-		Extensions: protocol.Extensions, Debug: debugInfo()}
+		Extensions: cn.srv.extensions(), Debug: debugInfo()}
 	if cn.dialOut {
 		r.Detached = cn.srv.detachedNames()
 	}

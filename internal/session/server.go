@@ -61,6 +61,7 @@ type Config struct {
 	// What a Maka deployment sets (artifacts.go; docs/protocol.md section 9).
 	ArtifactsLayout string    // LayoutRelayd (also "") or LayoutMaka
 	RequireNetns    env.Netns // the network namespace subjects must run in (--require-netns); zero: none
+	Bridge          bool      // the Unix socket of relayd bridge is served: ready lists "bridge" (protocol 4.6)
 }
 
 // DefaultArtifactLimit is the default of --max-artifact-bytes (protocol section 9).
@@ -137,9 +138,29 @@ func (s *Server) artifactPath(id, stream string) string {
 	return filepath.Join(s.cfg.ArtifactsDir, id+"."+stream+".txt")
 }
 
-// Serve accepts controllers on ln until Shutdown, then waits for every
-// session to finish (each running execution settled and answered).
-func (s *Server) Serve(ln net.Listener) error {
+// Serve accepts controllers on every listener (TCP, and the Unix socket of
+// relayd bridge) until Shutdown, then waits for every session to finish
+// (each running execution settled and answered). It returns the first
+// listener's failure.
+func (s *Server) Serve(lns ...net.Listener) error {
+	errs := make([]error, len(lns))
+	var loops sync.WaitGroup
+	for i, ln := range lns {
+		loops.Add(1)
+		go func() {
+			defer loops.Done()
+			if errs[i] = s.accept(ln); errs[i] != nil {
+				s.Shutdown() // the others stop too; what runs is settled
+			}
+		}()
+	}
+	loops.Wait()
+	s.sessions.Wait()
+	return errors.Join(errs...)
+}
+
+// accept serves ln until Shutdown or its failure.
+func (s *Server) accept(ln net.Listener) error {
 	go func() {
 		<-s.stopping
 		ln.Close()
@@ -176,7 +197,6 @@ func (s *Server) Serve(ln net.Listener) error {
 			s.serveConn(conn, false)
 		}()
 	}
-	s.sessions.Wait()
 	return err
 }
 

@@ -91,6 +91,7 @@ type Relayd struct {
 	Token     string
 	TokenFile string
 	Addr      string // set by Start
+	Socket    string // its --socket (listen mode), when the harness chose the environment
 	Logs      *Log
 	Exited    chan struct{} // closed when the process has exited and been waited for
 	exitCode  int
@@ -132,7 +133,11 @@ func Prepare(o Options) (*Relayd, error) {
 	r.Cmd.Dir = r.Dir
 	r.Cmd.Env = o.Env
 	if r.Cmd.Env == nil {
-		r.Cmd.Env = CleanEnv()
+		// Its own socket for relayd bridge, not the default one that
+		// relayds of other tests would share (the twin of --socket, so
+		// that the command line stays as the test wrote it).
+		r.Socket = filepath.Join(r.Dir, "relayd.sock")
+		r.Cmd.Env = append(CleanEnv(), "RELAYD_SOCKET="+r.Socket)
 	}
 	r.Cmd.Stdout = r.Logs
 	r.Cmd.Stderr = r.Logs
