@@ -144,6 +144,47 @@ func TestDialOut(t *testing.T) {
 			t.Fatal("the subject outlived the dial-out session")
 		}
 	})
+	t.Run("closed before a word, called again", func(t *testing.T) {
+		// A controller (a Listener without room, a proxy) that closes the
+		// connection before a word: relayd calls again within
+		// --connect-timeout, and that session counts.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		d := prepare(t, opts{})
+		args := d.cmd.Args[1:]
+		for i, a := range args {
+			if a == "--listen" {
+				args[i], args[i+1] = "--connect", ln.Addr().String()
+			}
+		}
+		d.launch()
+		_ = ln.(*net.TCPListener).SetDeadline(time.Now().Add(20 * time.Second))
+		for i := 0; i < 2; i++ {
+			first, err := ln.Accept()
+			if err != nil {
+				t.Fatalf("relayd did not call (time %d): %v", i+1, err)
+			}
+			first.Close()
+		}
+		conn, err := ln.Accept()
+		if err != nil {
+			t.Fatalf("relayd did not call again after the controller closed before a word: %v; log: %s", err, d.logs.String())
+		}
+		defer conn.Close()
+		c := &client{t: t, c: conn, r: bufio.NewReader(conn), token: d.token}
+		if r := c.read(10 * time.Second); r["kind"] != "ready" {
+			t.Fatalf("first line of the third call: %v; want ready", r)
+		}
+		if v := c.request(msg{"kind": "verify"}); v["kind"] != "verified" {
+			t.Fatalf("got %v; want verified", v)
+		}
+		if code := d.wait(10 * time.Second); code != 0 {
+			t.Fatalf("dial-out relayd exited %d after a verified third call; want 0", code)
+		}
+	})
 	t.Run("nobody listens", func(t *testing.T) {
 		ln, _ := net.Listen("tcp", "127.0.0.1:0")
 		addr := ln.Addr().String()

@@ -264,7 +264,8 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 // waits for an attach (detachMs, protocol section 4.5), it calls the
 // controller again, for as long as one is detached.
 func dialOut(ctx context.Context, o options, srv *session.Server, log zerolog.Logger, stopped <-chan struct{}) error {
-	conn, err := dial(ctx, o, log, stopped, time.Now().Add(o.connectTimeout), nil)
+	deadline := time.Now().Add(o.connectTimeout)
+	conn, err := dial(ctx, o, log, stopped, deadline, nil)
 	if err != nil {
 		// A log line like every other (main prints nothing more for an
 		// exitError without err): a log collector sees why relayd exits 2.
@@ -272,7 +273,24 @@ func dialOut(ctx context.Context, o options, srv *session.Server, log zerolog.Lo
 		return &exitError{code: exitUsage}
 	}
 	log.Info().Str("addr", o.connect).Str("version", version).Msg("connected to controller")
-	verified := srv.ServeOne(conn)
+	verified, heard := srv.ServeOne(conn)
+	// A controller that closed before a word (a Listener without room for
+	// one more handshake, a proxy that accepted before its backend was up)
+	// is called again within --connect-timeout: nothing ran.
+	for backoff := 50 * time.Millisecond; !verified && !heard && !srv.HasDetached() && time.Now().Before(deadline); backoff = min(2*backoff, 2*time.Second) {
+		log.Warn().Str("addr", o.connect).Dur("retryIn", backoff).Msg("the controller closed the connection before a word; calling it again")
+		select {
+		case <-time.After(backoff):
+		case <-stopped:
+			return &exitError{code: exitUnverified}
+		}
+		if conn, err = dial(ctx, o, log, stopped, deadline, nil); err != nil {
+			log.Warn().Err(err).Msg("the controller did not answer again")
+			break
+		}
+		log.Info().Str("addr", o.connect).Msg("connected to controller again")
+		verified, heard = srv.ServeOne(conn)
+	}
 	for !verified && srv.HasDetached() {
 		log.Info().Str("addr", o.connect).Msg("session lost with an execution detached; calling the controller again")
 		conn, err := dial(ctx, o, log, stopped, time.Time{}, srv.HasDetached)
@@ -281,7 +299,7 @@ func dialOut(ctx context.Context, o options, srv *session.Server, log zerolog.Lo
 			break
 		}
 		log.Info().Str("addr", o.connect).Msg("connected to controller again")
-		verified = srv.ServeOne(conn)
+		verified, _ = srv.ServeOne(conn)
 	}
 	srv.Wait() // detached executions nobody took are settled first
 	switch {

@@ -42,10 +42,12 @@ type conn struct {
 	kept        []exec.Scope    // scopes of exited subjects that left survivors
 	unconfirmed bool            // a settlement of this session lacked evidence
 	verified    bool
+	heard       bool // the peer sent a line
 }
 
-// serveConn runs one session to its end and reports whether it ended after verify.
-func (s *Server) serveConn(c net.Conn, dialOut bool) bool {
+// serveConn runs one session to its end and reports whether it ended after
+// verify, and whether the peer sent anything at all.
+func (s *Server) serveConn(c net.Conn, dialOut bool) (verified, heard bool) {
 	cn := &conn{srv: s, c: c, dialOut: dialOut,
 		log: s.log.With().Str("component", "session").Str("peer", c.RemoteAddr().String()).Logger()}
 	if err := setPeerTimeout(c, s.cfg.PeerTimeout); err != nil {
@@ -61,7 +63,7 @@ func (s *Server) serveConn(c net.Conn, dialOut bool) bool {
 	}
 	cn.log.Info().Str("reason", reason).Bool("verified", cn.verified).
 		Dur("duration", time.Since(began)).Msg("connection closed")
-	return cn.verified
+	return cn.verified, cn.heard
 }
 
 func (cn *conn) loop() string {
@@ -93,6 +95,7 @@ func (cn *conn) loop() string {
 			if m.err != nil {
 				return cn.peerEnded(m.err)
 			}
+			cn.heard = true
 			if end := cn.handle(m.line); end != "" {
 				return cn.finish(end)
 			}

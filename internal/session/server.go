@@ -220,8 +220,10 @@ func isTemporaryAccept(err error) bool {
 }
 
 // ServeOne serves a single session on conn, as dial-out mode does. It
-// reports whether the session ended after verify.
-func (s *Server) ServeOne(conn net.Conn) (verified bool) {
+// reports whether the session ended after verify, and whether the
+// controller sent anything at all (one that closed before a word may be a
+// Listener without room: dial-out calls again).
+func (s *Server) ServeOne(conn net.Conn) (verified, heard bool) {
 	s.sessions.Add(1)
 	defer s.sessions.Done()
 	return s.serveConn(conn, true)
