@@ -45,6 +45,7 @@ var section9 = map[string]string{
 	"max-line-bytes":   "1048576", // 1MiB
 	"max-stdout-bytes": "1048576", // 1MiB
 	"max-stderr-bytes": "1048576", // 1MiB
+	"max-stdin-buffer": "4194304", // 4MiB
 	"artifacts-dir":    "",
 	"state-dir":        "/run/relayd",
 	"scope":            "auto",
@@ -74,6 +75,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 		maxLineBytes:    1 << 20,
 		maxStdoutBytes:  1 << 20,
 		maxStderrBytes:  1 << 20,
+		maxStdinBuffer:  4 << 20,
 		stateDir:        "/run/relayd",
 		artifactLimit:   64 << 20,
 		artifactsLayout: "relayd",
@@ -134,6 +136,7 @@ var twinCases = map[string]twinCase{
 	"max-line-bytes":   {"64KiB", func(o options) bool { return o.maxLineBytes == 64<<10 }, "lots"},
 	"max-stdout-bytes": {"2MiB", func(o options) bool { return o.maxStdoutBytes == 2<<20 }, "1TB"},
 	"max-stderr-bytes": {"3KiB", func(o options) bool { return o.maxStderrBytes == 3<<10 }, "1TB"},
+	"max-stdin-buffer": {"8MiB", func(o options) bool { return o.maxStdinBuffer == 8<<20 }, "plenty"},
 	"artifacts-dir":    {"/artifacts", func(o options) bool { return o.artifactsDir == "/artifacts" }, ""},
 	"state-dir":        {"/srv/state", func(o options) bool { return o.stateDir == "/srv/state" && o.stateDirGiven }, ""},
 	"scope":            {"process-group", func(o options) bool { return o.scope == "process-group" }, ""},
@@ -248,7 +251,7 @@ func TestFlagWinsOverTwin(t *testing.T) {
 		"token-file": "/flag/token", "workspace": "/flag/ws", "instruction-file": "/flag/task",
 		"term-grace": "1s", "teardown-timeout": "30s", "write-timeout": "7s",
 		"auth-timeout": "9s", "peer-timeout": "2m", "max-connections": "7", "subject-user": "nobody",
-		"max-line-bytes": "4096", "max-stdout-bytes": "12345", "max-stderr-bytes": "54321", "artifacts-dir": "/flag/art", "state-dir": "/flag/state", "max-artifact-bytes": "1GiB",
+		"max-line-bytes": "4096", "max-stdout-bytes": "12345", "max-stderr-bytes": "54321", "max-stdin-buffer": "65536", "artifacts-dir": "/flag/art", "state-dir": "/flag/state", "max-artifact-bytes": "1GiB",
 		"scope": "cgroup", "cgroup-root": "/flag/cg", "destroy-command": "true",
 		"log-format": "json", "log-level": "warn",
 		"artifacts-layout": "relayd", "drop-capabilities": "SYS_ADMIN", "require-netns": "/run/netns/egress",
@@ -448,6 +451,8 @@ func TestValidate(t *testing.T) {
 		{"line limit 1KiB", func(o *options) { o.maxLineBytes = 1024 }, nil},
 		{"no stdout", func(o *options) { o.maxStdoutBytes = 0 }, []string{"--max-stdout-bytes"}},
 		{"no stderr", func(o *options) { o.maxStderrBytes = 0 }, []string{"--max-stderr-bytes"}},
+		{"no stdin buffer", func(o *options) { o.maxStdinBuffer = 0 }, []string{"--max-stdin-buffer"}},
+		{"stdin buffer past 1GiB", func(o *options) { o.maxStdinBuffer = 2 << 30 }, []string{"--max-stdin-buffer", "1GiB"}},
 		{"no artifact", func(o *options) { o.artifactLimit = 0 }, []string{"--max-artifact-bytes"}},
 		{"one-byte artifacts", func(o *options) { o.artifactLimit = 1 }, nil},
 		{"scope process-group", func(o *options) { o.scope = "process-group" }, nil},
