@@ -100,7 +100,7 @@ func (e *SpawnError) Error() string { return fmt.Sprintf("exec: %s: %v", e.Stage
 func (e *SpawnError) Unwrap() error { return e.Err }
 
 // Start starts spec in scope through a shim of shims: in a new session,
-// with stdin /dev/null, stdout on a pipe that is drained at once, and
+// with stdin /dev/null (a pipe with Spec.Stdin), stdout on a pipe that is drained at once, and
 // stderr on a pipe that is drained into spec.Stderr and spec.StderrCopy,
 // or, when neither is wanted, on /dev/null: the bytes are dropped either
 // way, and a pipe, its drain and its poller registration cost the round
