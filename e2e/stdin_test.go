@@ -6,6 +6,8 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -218,4 +220,28 @@ func TestStdinBadMessages(t *testing.T) {
 	if r == nil || r["kind"] != "executed" || r["stdout"] != "bye" {
 		t.Fatalf("got %v; want executed with stdout bye", r)
 	}
+}
+
+// Closing the connection is still a transport loss for an execution with
+// stdin: what was sent reached the subject, and then its scope is settled.
+func TestStdinTransportLoss(t *testing.T) {
+	eachScope(t, func(t *testing.T, mech string) {
+		d := startRelayd(t, opts{scope: mech})
+		defer d.stopClean()
+		cl := d.connect()
+		pidFile, got := d.pidFile("cat.pid"), filepath.Join(d.dir, "got")
+		cl.send(msg{"kind": "execute", "id": 1, "command": "/bin/sh", "args": []string{"-c", "echo $$ > " + q(pidFile) + "; exec cat > " + q(got)},
+			"input": "first ", "stdin": true})
+		x := startedName(t, cl)
+		if _, err := sendStdin(cl, x, []byte("second"), 1024, false); err != nil {
+			t.Fatal(err)
+		}
+		pid := waitPid(t, pidFile)
+		waitFor(t, 10*time.Second, "the subject to write what it read", func() bool {
+			b, _ := os.ReadFile(got)
+			return string(b) == "first second"
+		})
+		cl.c.Close()
+		waitFor(t, 10*time.Second, "the subject to be settled after the connection closed", func() bool { return !alive(pid) })
+	})
 }

@@ -99,7 +99,11 @@ func (s *Server) startExecution(cn *conn, req *protocol.Execute, reqID json.RawM
 	if req.DetachMs > 0 {
 		ex.announced = make(chan struct{})
 	}
-	ex.log = log.With().Str("execution", ex.id).Str("program", filepath.Base(req.Command)).Logger()
+	lc := log.With().Str("execution", ex.id).Str("program", filepath.Base(req.Command))
+	if req.User != "" {
+		lc = lc.Str("user", req.User)
+	}
+	ex.log = lc.Logger()
 	if req.Stream {
 		ex.stream = newStreamer(ex)
 	}
