@@ -48,21 +48,30 @@ func needRoot(t *testing.T) {
 func TestUserPerExecution(t *testing.T) {
 	needRoot(t)
 	member, supp := userWithGroups(t)
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Skip("no user nobody:", err)
+	}
+	group, err := user.LookupGroup("daemon")
+	if err != nil || group.Gid == nobody.Gid {
+		t.Skip("no group daemon apart from nobody's:", err)
+	}
 	eachScope(t, func(t *testing.T, mech string) {
 		d := startRelayd(t, opts{scope: mech})
 		defer d.stopClean()
 		cl := d.connect()
 		ids := `echo "$(id -u) $(id -g) $(id -G) $HOME $USER $LOGNAME"`
+		nb, g := nobody.Uid, group.Gid // e.g. 65534 and daemon's 1
 		for _, tc := range []struct {
 			user string
 			env  map[string]string
 			want string
 		}{
-			{"nobody", nil, "65534 65534 65534 /nonexistent nobody nobody\n"},
-			{"65534", nil, "65534 65534 65534 /nonexistent nobody nobody\n"},
-			{"nobody:daemon", nil, "65534 1 1 /nonexistent nobody nobody\n"},
-			{"65534:1", nil, "65534 1 1 /nonexistent nobody nobody\n"},
-			{"nobody", map[string]string{"HOME": "/tmp", "USER": "u", "LOGNAME": "l"}, "65534 65534 65534 /tmp u l\n"},
+			{"nobody", nil, nb + " " + nobody.Gid + " " + nobody.Gid + " " + nobody.HomeDir + " nobody nobody\n"},
+			{nb, nil, nb + " " + nobody.Gid + " " + nobody.Gid + " " + nobody.HomeDir + " nobody nobody\n"},
+			{"nobody:" + group.Name, nil, nb + " " + g + " " + g + " " + nobody.HomeDir + " nobody nobody\n"},
+			{nb + ":" + g, nil, nb + " " + g + " " + g + " " + nobody.HomeDir + " nobody nobody\n"},
+			{"nobody", map[string]string{"HOME": "/tmp", "USER": "u", "LOGNAME": "l"}, nb + " " + nobody.Gid + " " + nobody.Gid + " /tmp u l\n"},
 		} {
 			extra := msg{"user": tc.user, "cwd": "/"}
 			if tc.env != nil {
