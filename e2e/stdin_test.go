@@ -106,6 +106,12 @@ func TestStdinStream64MiB(t *testing.T) {
 		if want := hex.EncodeToString(sum[:]) + "  -\n"; r["stdout"] != want {
 			t.Fatalf("sha256sum of 64 MiB on stdin printed %q; want %q", r["stdout"], want)
 		}
+		// Bounded memory whatever the input's size (issue 19: under 64 MiB).
+		rss := peakRSS(t, d.cmd.Process.Pid)
+		t.Logf("64 MiB on stdin in %d ms; relayd's peak RSS %d MiB", num(t, r, "durationMs"), rss>>20)
+		if rss > rssLimit(64<<20) {
+			t.Fatalf("relayd's peak RSS %d MiB after 64 MiB on stdin; want under %d MiB", rss>>20, rssLimit(64<<20)>>20)
+		}
 	})
 }
 
