@@ -26,6 +26,7 @@ const (
 	kindError    = "error"
 	kindOutput   = "output"  // extension (4.5)
 	kindStarted  = "started" // extension (4.5)
+	kindStdin    = "stdin"   // extension (4.6)
 	kindAttach   = "attach"  // extension (4.5)
 )
 
@@ -419,6 +420,10 @@ type executeWire struct {
 	Stream        bool              `json:"stream,omitempty"`
 	OnExit        OnExit            `json:"onExit,omitempty"`
 	DetachMs      int64             `json:"detachMs,omitempty"`
+	Input         *string           `json:"input,omitempty"`
+	InputEncoding string            `json:"inputEncoding,omitempty"`
+	Stdin         bool              `json:"stdin,omitempty"`
+	User          string            `json:"user,omitempty"`
 }
 
 // millis rounds d up to whole milliseconds, so that a Timeout of 1ns is
@@ -446,17 +451,34 @@ func (c *Conn) Execute(ctx context.Context, req Request) (Executed, error) {
 	w := executeWire{Kind: kindExecute, Command: req.Command, Args: req.Args,
 		Environment: req.Environment, Credentials: req.Credentials, ResultToken: req.ResultToken,
 		Cwd: req.Cwd, TimeoutMs: millis(req.Timeout), CaptureStderr: req.CaptureStderr,
-		Stream: req.Output != nil, OnExit: req.OnExit, DetachMs: millis(req.Detach)}
+		Stream: req.Output != nil, OnExit: req.OnExit, DetachMs: millis(req.Detach), User: req.User}
 	if req.DiscardStdout {
 		f := false
 		w.CaptureStdout = &f
+	}
+	if req.Input != nil {
+		in, enc := inputField(req.Input)
+		w.Input, w.InputEncoding = &in, enc
+	}
+	started := req.Started
+	var pump *stdinPump
+	if req.Stdin != nil {
+		w.Stdin = true
+		pump = &stdinPump{c: c, r: req.Stdin}
+		started = func(x string) {
+			pump.begin(x)
+			if req.Started != nil {
+				req.Started(x)
+			}
+		}
 	}
 	wait := time.Duration(math.MaxInt64) // ctx (and MaxWait) alone bound it
 	if req.Timeout > 0 && req.Timeout < wait-c.cfg.TeardownTimeout-settleSlack {
 		wait = req.Timeout + c.cfg.TeardownTimeout + settleSlack
 	}
 	wait = c.cfg.bound(wait)
-	err := c.roundTrip(ctx, &w, &call{want: kindExecuted, into: &e, output: req.Output, started: req.Started}, wait)
+	err := c.roundTrip(ctx, &w, &call{want: kindExecuted, into: &e, output: req.Output, started: started}, wait)
+	pump.end()
 	return e, err
 }
 

@@ -2,6 +2,7 @@ package client
 
 import (
 	"encoding/json"
+	"io"
 	"time"
 
 	"github.com/relayd/relayd/internal/protocol"
@@ -151,8 +152,24 @@ type Request struct {
 	// them. It must not block for long: replies wait behind it.
 	Output func(Output)
 	// Started, when set, is called with relayd's execution id once relayd
-	// reports that the subject runs (with Output or Detach only).
+	// reports that the subject runs (with Output, Detach or Stdin only).
 	Started func(execution string)
+
+	// Extensions (protocol section 4.6).
+	//
+	// Input is written to the subject's stdin, which then closes (unless
+	// Stdin is set); it goes in the execute line, so --max-line-bytes
+	// bounds it. Without Input and Stdin, stdin is /dev/null.
+	Input []byte
+	// Stdin, when set, is copied to the subject's stdin after Input, as
+	// stdin messages, until it returns EOF (or an error), then stdin
+	// closes. The subject's reading paces it (relayd holds at most
+	// --max-stdin-buffer of it). Once the reply came nothing more is
+	// read from it; a Read that is under way then is left to return.
+	Stdin io.Reader
+	// User runs the subject as this user: a name or uid, optionally
+	// ":GROUP" (relayd must be root); "" is relayd's --subject-user.
+	User string
 }
 
 // Executed is relayd's reply to an execute. It never holds the token.

@@ -30,6 +30,7 @@ type options struct {
 	maxLineBytes    byteSize
 	maxStdoutBytes  byteSize
 	maxStderrBytes  byteSize
+	maxStdinBuffer  byteSize // --max-stdin-buffer: unread input held per execution
 	artifactsDir    string
 	stateDir        string
 	stateDirGiven   bool     // --state-dir or its twin was set: a directory that cannot be used is an error, not a warning
@@ -62,6 +63,7 @@ func defaultOptions() options {
 		maxLineBytes:    1 << 20,
 		maxStdoutBytes:  1 << 20,
 		maxStderrBytes:  1 << 20,
+		maxStdinBuffer:  4 << 20,
 		stateDir:        "/run/relayd",
 		socket:          "/run/relayd/relayd.sock",
 		artifactLimit:   64 << 20,
@@ -104,6 +106,7 @@ func parseFlags(args []string, getenv func(string) string) (options, *pflag.Flag
 	fs.Var(&o.maxLineBytes, "max-line-bytes", "longest accepted message line (e.g. 1MiB, 65536)")
 	fs.Var(&o.maxStdoutBytes, "max-stdout-bytes", "raw-mode stdout returned per execution")
 	fs.Var(&o.maxStderrBytes, "max-stderr-bytes", "stderr returned per execution that asks for it (captureStderr)")
+	fs.Var(&o.maxStdinBuffer, "max-stdin-buffer", "unread input (input, stdin messages) held per execution; past it relayd stops reading that connection until the subject reads")
 	fs.StringVar(&o.artifactsDir, "artifacts-dir", o.artifactsDir, "directory for each execution's complete stdout and stderr")
 	fs.StringVar(&o.stateDir, "state-dir", o.stateDir, "directory where relayd records its running process-group scopes, so that a relayd started after this one is killed settles what it left running")
 	fs.StringVar(&o.socket, "socket", o.socket, "Unix socket (mode 0600) relayd also serves in listen mode, for relayd bridge: a controller reaches relayd through any exec channel (docker exec -i C relayd bridge); empty turns it off")
@@ -188,6 +191,10 @@ func (o options) validate() error {
 		return bad("max-stdout-bytes", "--max-stdout-bytes must be at least 1, got %d", o.maxStdoutBytes)
 	case o.maxStderrBytes < 1:
 		return bad("max-stderr-bytes", "--max-stderr-bytes must be at least 1, got %d", o.maxStderrBytes)
+	case o.maxStdinBuffer < 1:
+		return bad("max-stdin-buffer", "--max-stdin-buffer must be at least 1, got %d", o.maxStdinBuffer)
+	case o.maxStdinBuffer > 1<<30:
+		return bad("max-stdin-buffer", "--max-stdin-buffer must be at most 1GiB, got %d", o.maxStdinBuffer)
 	case o.stateDir == "":
 		return bad("state-dir", "--state-dir must name a directory")
 	case o.artifactLimit < 1:

@@ -110,17 +110,19 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	sigCtx, stopShrugging := context.WithCancel(context.Background())
 	defer stopShrugging()
 	shrugOff(sigCtx, log) // from here on no signal but SIGTERM and SIGINT ends or stops relayd (rule 6.8)
-	var subjectUser *syscall.Credential
+	var subjectUser *env.User
+	var subjectCred *syscall.Credential
 	if o.subjectUser != "" {
-		if subjectUser, err = env.SubjectUser(o.subjectUser); err != nil {
+		if subjectUser, err = env.SubjectAccount(o.subjectUser); err != nil {
 			return &exitError{exitUsage, fmt.Errorf("--subject-user: %v", err)}
 		}
+		subjectCred = subjectUser.Cred
 	}
 	token, err := loadToken(o.tokenFile, getenv)
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
-	if err := checkTokenFile(o.tokenFile, o.subjectUser, subjectUser, log); err != nil {
+	if err := checkTokenFile(o.tokenFile, o.subjectUser, subjectCred, log); err != nil {
 		return &exitError{exitUsage, err}
 	}
 	os.Unsetenv("RELAYD_TOKEN")
@@ -201,6 +203,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		ArtifactsDir:    o.artifactsDir,
 		ArtifactLimit:   int64(o.artifactLimit),
 		SubjectUser:     subjectUser,
+		MaxStdinBuffer:  int(o.maxStdinBuffer),
 		BaseEnv:         env.Base(os.Environ()),
 		Shims:           shims,
 		NewScope:        mech.NewScope,

@@ -25,6 +25,9 @@ type Spec struct {
 	// Credential, when set, runs the subject as another user: uid, gid and
 	// supplementary groups are switched before exec.
 	Credential *syscall.Credential
+	// Stdin makes the subject's stdin a pipe whose write end is
+	// Subject.Stdin; without it stdin is /dev/null.
+	Stdin bool
 }
 
 // Subject is a started subject.
@@ -35,9 +38,12 @@ type Subject struct {
 	// PID, its identity.
 	Start   uint64
 	Started time.Time
-	run     *shimRun
-	stdout  *drain
-	stderr  *drain // nil when stderr is /dev/null
+	// Stdin is the write end of the subject's stdin (Spec.Stdin), for the
+	// poller (a write waits, and Close interrupts it); the caller closes it.
+	Stdin  *os.File
+	run    *shimRun
+	stdout *drain
+	stderr *drain // nil when stderr is /dev/null
 	// stderrCut says whether CutStdout cuts stderr's capture too.
 	stderrCut bool
 }
@@ -94,7 +100,7 @@ func (e *SpawnError) Error() string { return fmt.Sprintf("exec: %s: %v", e.Stage
 func (e *SpawnError) Unwrap() error { return e.Err }
 
 // Start starts spec in scope through a shim of shims: in a new session,
-// with stdin /dev/null, stdout on a pipe that is drained at once, and
+// with stdin /dev/null (a pipe with Spec.Stdin), stdout on a pipe that is drained at once, and
 // stderr on a pipe that is drained into spec.Stderr and spec.StderrCopy,
 // or, when neither is wanted, on /dev/null: the bytes are dropped either
 // way, and a pipe, its drain and its poller registration cost the round
@@ -124,21 +130,37 @@ func Start(shims *Shims, scope Scope, spec Spec) (*Subject, error) {
 		toClose = append(toClose, errR, errW)
 		stderr = int(errW.Fd())
 	}
+	stdin := int(devnull.r)
+	var inR, inW *os.File
+	if spec.Stdin {
+		if inR, inW, err = stdinPipe(); err != nil {
+			closeAll()
+			return nil, &SpawnError{Err: err, Stage: "stdin pipe"}
+		}
+		toClose = append(toClose, inR, inW)
+		stdin = int(inR.Fd())
+	}
 	mode, cgFDs, err := scope.enter()
 	if err != nil {
 		closeAll()
 		return nil, &SpawnError{Err: fmt.Errorf("%w: %v", ErrScopeUnavailable, err), Stage: "scope"}
 	}
-	run, pid, start, err := startShimmed(shims, spec, mode, append([]int{int(devnull.r), int(outW.Fd()), stderr}, cgFDs...))
+	run, pid, start, err := startShimmed(shims, spec, mode, append([]int{stdin, int(outW.Fd()), stderr}, cgFDs...))
 	closeFDs(cgFDs)
 	outW.Close()
 	if errW != nil {
 		errW.Close()
 	}
+	if inR != nil {
+		inR.Close()
+	}
 	if err != nil {
 		outR.Close()
 		if errR != nil {
 			errR.Close()
+		}
+		if inW != nil {
+			inW.Close()
 		}
 		return nil, err
 	}
@@ -148,6 +170,7 @@ func Start(shims *Shims, scope Scope, spec Spec) (*Subject, error) {
 		Scope:   scope,
 		Start:   start,
 		Started: time.Now(),
+		Stdin:   inW,
 		run:     run,
 		stdout:  newDrain(outR, spec.Stdout, spec.StdoutCopy),
 	}
@@ -228,6 +251,22 @@ func devNull() (nullFDs, error) {
 // 0.72 s. The kernel may refuse (pipe-max-size, or an unprivileged user
 // over pipe-user-pages-soft); the pipe then keeps its default size.
 const stdoutPipeBytes = 1 << 20
+
+// stdinPipe makes the pipe of a subject's stdin: its write end is
+// non-blocking, so that Go's poller serves it and Close interrupts a write
+// the subject does not take.
+func stdinPipe() (r, w *os.File, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, nil, err
+	}
+	if err := unix.SetNonblock(p[1], true); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return nil, nil, err
+	}
+	return os.NewFile(uintptr(p[0]), "subject-stdin"), os.NewFile(uintptr(p[1]), "subject-stdin-writer"), nil
+}
 
 // pipe makes a pipe whose read end is non-blocking, so that Go's poller
 // serves it and a read deadline can interrupt it; size, when not 0, is the

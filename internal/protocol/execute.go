@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"slices"
 	"strconv"
@@ -36,6 +37,12 @@ type Execute struct {
 	Stream        bool   // false when absent
 	OnExit        string // OnExitLeave when absent
 	DetachMs      int64  // 0 when absent
+
+	// The extensions of section 4.6.
+	Input    []byte // written to the subject's stdin; nil when absent
+	HasInput bool   // input was given ("" counts: stdin is then a pipe that ends at once)
+	Stdin    bool   // stdin stays open after Input for stdin messages
+	User     string // "USER" or "USER:GROUP"; "" when absent
 
 	// Ignored names the request's unknown top-level fields, for its
 	// started and executed replies (section 4.6); nil when none.
@@ -172,8 +179,55 @@ func (m *Message) Execute() (*Execute, *Error) {
 	if x.DetachMs, e = m.milliseconds("detachMs"); e != nil {
 		return nil, e
 	}
+
+	// input, inputEncoding, stdin, user (section 4.6)
+	if e = m.input(x); e != nil {
+		return nil, e
+	}
+	if x.Stdin, e = m.boolField("stdin", false); e != nil {
+		return nil, e
+	}
+	if raw, present := m.optional("user"); present {
+		x.User, ok = decodeString(raw)
+		if !ok || x.User == "" || len(x.User) > maxUser || strings.IndexByte(x.User, 0) >= 0 {
+			return nil, badExecute(`"user" must be a user name or uid, optionally followed by :GROUP, of at most %d bytes`, maxUser)
+		}
+	}
 	x.Ignored = m.ignoredAs("execute")
 	return x, nil
+}
+
+// maxUser bounds "user"; a login name is at most 32 bytes on Linux.
+const maxUser = 256
+
+// input reads "input" and "inputEncoding" into x.
+func (m *Message) input(x *Execute) *Error {
+	encoding := ""
+	if raw, present := m.optional("inputEncoding"); present {
+		encoding, _ = decodeString(raw)
+		if encoding != "base64" && encoding != "utf-8" {
+			return badExecute(`"inputEncoding" must be "base64" (or "utf-8", the default)`)
+		}
+	}
+	raw, present := m.optional("input")
+	if !present {
+		return nil
+	}
+	text, ok := decodeString(raw)
+	if !ok {
+		return badExecute(`"input" must be a string`)
+	}
+	x.HasInput = true
+	if encoding != "base64" {
+		x.Input = []byte(text)
+		return nil
+	}
+	b, err := base64.StdEncoding.DecodeString(text)
+	if err != nil {
+		return badExecute(`"input" is not base64 (standard alphabet, padded): %v`, err)
+	}
+	x.Input = b
+	return nil
 }
 
 // boolField reads the optional boolean field name; def when absent.
@@ -224,6 +278,53 @@ func (m *Message) Attach() (string, *Error) {
 			`attach: "execution" must be a non-empty string of at most %d bytes: the execution named by a started or executed message`, MaxExecutionName)
 	}
 	return name, nil
+}
+
+// StdinChunk is a validated stdin message (section 4.6): the next bytes of
+// an execution's stdin, and whether they are the last.
+type StdinChunk struct {
+	Execution string
+	Data      []byte
+	EOF       bool
+}
+
+// Stdin validates m as a stdin message; it does not look at m.Kind. A
+// failure is an *Error of category CatBadRequest that names the field.
+func (m *Message) Stdin() (*StdinChunk, *Error) {
+	name, ok := m.stringField("execution")
+	if !ok || name == "" || len(name) > MaxExecutionName {
+		return nil, newError(CatBadRequest,
+			`stdin: "execution" must be a non-empty string of at most %d bytes: the execution named by a started or executed message`, MaxExecutionName)
+	}
+	c := &StdinChunk{Execution: name}
+	encoding := ""
+	if raw, present := m.optional("encoding"); present {
+		encoding, _ = decodeString(raw)
+		if encoding != "base64" && encoding != "utf-8" {
+			return nil, newError(CatBadRequest, `stdin: "encoding" must be "base64" (or "utf-8", the default)`)
+		}
+	}
+	if raw, present := m.optional("data"); present {
+		text, ok := decodeString(raw)
+		if !ok {
+			return nil, newError(CatBadRequest, `stdin: "data" must be a string`)
+		}
+		if encoding == "base64" {
+			b, err := base64.StdEncoding.DecodeString(text)
+			if err != nil {
+				return nil, newError(CatBadRequest, `stdin: "data" is not base64 (standard alphabet, padded): %v`, err)
+			}
+			c.Data = b
+		} else {
+			c.Data = []byte(text)
+		}
+	}
+	if raw, present := m.optional("eof"); present {
+		if jsonKind(raw) != kindBool || json.Unmarshal(raw, &c.EOF) != nil {
+			return nil, newError(CatBadRequest, `stdin: "eof" must be true or false`)
+		}
+	}
+	return c, nil
 }
 
 func badExecute(format string, args ...any) *Error {

@@ -126,11 +126,15 @@ func referenceIgnored(line []byte, kind string) []string {
 	switch kind {
 	case "execute":
 		for _, n := range []string{"command", "args", "environment", "credentials", "resultToken", "captureStdout", "cwd", "timeoutMs",
-			"captureStderr", "stream", "onExit", "detachMs"} {
+			"captureStderr", "stream", "onExit", "detachMs", "input", "inputEncoding", "stdin", "user"} {
 			known[n] = true
 		}
 	case "attach":
 		known["execution"] = true
+	case "stdin":
+		for _, n := range []string{"execution", "data", "encoding", "eof"} {
+			known[n] = true
+		}
 	}
 	d := json.NewDecoder(bytes.NewReader(line))
 	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
@@ -197,6 +201,8 @@ func FuzzDecode(f *testing.F) {
 		`{"kind":"attach","\u0065xecution":"x-\u0031","execution":7}`,
 		`{"token":"T","kind":"execute","command":"x","timeoutMS":500,"Kind":1,"timeoutMS":2,"execution":"x-1"}`,
 		`{"kind":"verify","command":"x","\u00e9":1,"\u00c3\u00a9":2,"\ud800":3,"\udfff":4,"a\"b":5}`,
+		`{"kind":"execute","command":"x","input":"AA==","inputEncoding":"base64","stdin":true,"user":"agent:staff"}`,
+		`{"kind":"stdin","execution":"x-1","data":"aGk=","encoding":"base64","eof":true,"\u0064ata":"x"}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -219,6 +225,11 @@ func FuzzDecode(f *testing.F) {
 			ra, rae := rm.Attach()
 			if a != ra || !reflect.DeepEqual(ae, rae) {
 				t.Fatalf("Attach: got %q, %v; from the reference decoder %q, %v", a, ae, ra, rae)
+			}
+			c, ce := m.Stdin()
+			rc, rce := rm.Stdin()
+			if !reflect.DeepEqual(c, rc) || !reflect.DeepEqual(ce, rce) {
+				t.Fatalf("Stdin: got %+v, %v; from the reference decoder %+v, %v", c, ce, rc, rce)
 			}
 			if got, want := m.Ignored(), referenceIgnored(line, m.Kind); !slices.Equal(got, want) || (got == nil) != (want == nil) {
 				t.Fatalf("Ignored: got %q; the reference gives %q", got, want)

@@ -43,19 +43,22 @@ type Message struct {
 }
 
 // fieldNames are the top-level fields relayd reads: those of every message,
-// then execute's (section 4), then attach's (section 4.5). Decode finds these and skips every other.
+// then execute's (section 4), then attach's (section 4.5) and stdin's (4.6). Decode finds these and skips every other.
 var fieldNames = [...]string{"kind", "token", "id",
 	"command", "args", "environment", "credentials", "resultToken", "captureStdout", "cwd", "timeoutMs",
 	"captureStderr", "stream", "onExit", "detachMs", // execute's extensions (section 4.5)
-	"execution", // attach's
+	"input", "inputEncoding", "stdin", "user", // execute's extensions (section 4.6)
+	"execution",               // attach's and stdin's
+	"data", "encoding", "eof", // stdin's (section 4.6)
 }
 
 // The ranges of fieldNames that each kind reads besides the first
 // commonFields (kind, token, id), which every kind reads.
 const (
 	commonFields           = 3
-	executeFrom, executeTo = 3, 15
-	attachFrom, attachTo   = 15, 16
+	executeFrom, executeTo = 3, 19
+	attachFrom, attachTo   = 19, 20
+	stdinFrom, stdinTo     = 19, 23
 )
 
 // maxFieldName is the length of the longest of fieldNames.

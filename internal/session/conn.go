@@ -14,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/relayd/relayd/internal/env"
 	"github.com/relayd/relayd/internal/exec"
 	"github.com/relayd/relayd/internal/protocol"
 )
@@ -43,6 +44,11 @@ type conn struct {
 	unconfirmed bool            // a settlement of this session lacked evidence
 	verified    bool
 	heard       bool // the peer sent a line
+	// paused, while not nil, is closed once the running execution's stdin
+	// queue holds less than --max-stdin-buffer: until then the loop does not
+	// read this connection (section 4.6).
+	paused    <-chan struct{}
+	lastStdin string // the last execution with stdin that ended here: late stdin messages for it are dropped
 }
 
 // serveConn runs one session to its end and reports whether it ended after
@@ -90,8 +96,14 @@ func (cn *conn) loop() string {
 			curDone = cn.cur.done
 			drained = nil
 		}
+		inbound := in
+		if cn.paused != nil {
+			inbound = nil
+		}
 		select {
-		case m := <-in:
+		case <-cn.paused:
+			cn.paused = nil
+		case m := <-inbound:
 			if m.err != nil {
 				return cn.peerEnded(m.err)
 			}
@@ -256,11 +268,13 @@ func (cn *conn) handle(line []byte) string {
 		return cn.answerVerifies()
 	case "attach":
 		cn.attach(msg, ignored)
+	case "stdin":
+		cn.stdin(msg, ignored)
 	case "":
-		cn.refuse(msg.ID, ignored, protocol.CatUnknownKind, `message has no "kind": expected "ready", "execute", "verify" or "attach"`)
+		cn.refuse(msg.ID, ignored, protocol.CatUnknownKind, `message has no "kind": expected "ready", "execute", "verify", "attach" or "stdin"`)
 	default:
 		cn.refuse(msg.ID, ignored, protocol.CatUnknownKind,
-			fmt.Sprintf(`unknown kind %q: expected "ready", "execute", "verify" or "attach"`, safeKind(msg.Kind)))
+			fmt.Sprintf(`unknown kind %q: expected "ready", "execute", "verify", "attach" or "stdin"`, safeKind(msg.Kind)))
 	}
 	return ""
 }
@@ -284,11 +298,64 @@ func (cn *conn) execute(msg *protocol.Message, ignored []string) {
 			fmt.Sprintf("execution %s is still running on this connection; wait for its executed reply (or send verify to end it)", cn.cur.id))
 		return
 	}
+	user, detail := cn.srv.account(req)
+	if detail != "" {
+		cn.refuse(msg.ID, ignored, protocol.CatBadRequest, detail)
+		return
+	}
 	if !cn.srv.admit() {
 		cn.refuse(msg.ID, ignored, protocol.CatShuttingDown, "relayd is shutting down and starts no new execution")
 		return
 	}
-	cn.cur, cn.curID, cn.curIgnored = cn.srv.startExecution(cn, req, msg.ID, cn.log), msg.ID, req.Ignored
+	cn.cur, cn.curID, cn.curIgnored = cn.srv.startExecution(cn, req, msg.ID, user, cn.log), msg.ID, req.Ignored
+	cn.paused = cn.cur.in.full()
+}
+
+// account is whom an execute's subject runs as (section 4.6): its user,
+// else --subject-user; detail says why it cannot be, for a bad-request.
+func (s *Server) account(req *protocol.Execute) (*env.User, string) {
+	if req.User == "" {
+		return s.cfg.SubjectUser, ""
+	}
+	u, err := env.LookupUser(req.User)
+	if err == nil {
+		err = env.CanBecome(u, req.User)
+	}
+	if err != nil {
+		return nil, `execute: "user": ` + err.Error()
+	}
+	return u, ""
+}
+
+// stdin takes a stdin message (section 4.6) for the execution running on
+// this connection. It has no reply but an error; once the queue holds
+// --max-stdin-buffer the loop stops reading the connection.
+func (cn *conn) stdin(msg *protocol.Message, ignored []string) {
+	c, perr := msg.Stdin()
+	if perr != nil {
+		cn.refuse(msg.ID, ignored, perr.Category, perr.Message)
+		return
+	}
+	ex := cn.cur
+	switch {
+	case ex != nil && ex.id == c.Execution && ex.in != nil && ex.req.Stdin:
+	case c.Execution == cn.lastStdin:
+		return // it raced the execution's end: its input is dropped
+	case ex != nil && ex.id == c.Execution:
+		cn.refuse(msg.ID, ignored, protocol.CatBadRequest,
+			fmt.Sprintf(`stdin: execution %s did not ask for "stdin":true in its execute: its stdin is /dev/null or its input only`, ex.id))
+		return
+	default:
+		cn.refuse(msg.ID, ignored, protocol.CatNotFound,
+			fmt.Sprintf(`stdin: no execution %q runs on this connection ("execution" must name the one running here, from its started message)`, c.Execution))
+		return
+	}
+	if !ex.in.push(c.Data, c.EOF) {
+		cn.refuse(msg.ID, ignored, protocol.CatBadRequest,
+			fmt.Sprintf(`stdin: the stdin of %s already ended with "eof":true`, ex.id))
+		return
+	}
+	cn.paused = ex.in.full()
 }
 
 // attach takes over a detached execution (section 4.5): its output from
@@ -341,7 +408,10 @@ func (cn *conn) settleDetached() {
 // finished records the end of the running execution and sends its reply.
 func (cn *conn) finished(res protocol.Executed) {
 	ex := cn.cur
-	cn.cur = nil
+	cn.cur, cn.paused = nil, nil
+	if ex.req.Stdin {
+		cn.lastStdin = ex.id
+	}
 	if ex.kept != nil {
 		cn.kept = append(cn.kept, ex.kept)
 	}

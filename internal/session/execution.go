@@ -37,7 +37,9 @@ type execution struct {
 	done     chan protocol.Executed
 	kept     exec.Scope // set before done is sent: the scope of an exited subject with survivors
 	log      zerolog.Logger
-	stream   *streamer // nil unless req.Stream
+	stream   *streamer  // nil unless req.Stream
+	in       *stdinFeed // the subject's stdin; nil when it is /dev/null (no input, no stdin)
+	user     *env.User  // whom the subject runs as (user, else --subject-user); nil: as relayd
 
 	// Where started and output messages go (section 4.5): the connection
 	// that runs the execution, nil while it is detached, and the id they
@@ -77,7 +79,7 @@ func (ex *execution) destination() (*conn, json.RawMessage) {
 	return ex.owner, ex.ownerID
 }
 
-func (s *Server) startExecution(cn *conn, req *protocol.Execute, reqID json.RawMessage, log zerolog.Logger) *execution {
+func (s *Server) startExecution(cn *conn, req *protocol.Execute, reqID json.RawMessage, user *env.User, log zerolog.Logger) *execution {
 	ex := &execution{
 		id:      s.newExecutionID(),
 		reqID:   reqID,
@@ -86,11 +88,22 @@ func (s *Server) startExecution(cn *conn, req *protocol.Execute, reqID json.RawM
 		done:    make(chan protocol.Executed, 1),
 		owner:   cn,
 		ownerID: reqID,
+		user:    user,
+	}
+	if req.HasInput || req.Stdin {
+		ex.in = newStdinFeed(s.cfg.MaxStdinBuffer)
+		if req.HasInput {
+			ex.in.push(req.Input, !req.Stdin)
+		}
 	}
 	if req.DetachMs > 0 {
 		ex.announced = make(chan struct{})
 	}
-	ex.log = log.With().Str("execution", ex.id).Str("program", filepath.Base(req.Command)).Logger()
+	lc := log.With().Str("execution", ex.id).Str("program", filepath.Base(req.Command))
+	if req.User != "" {
+		lc = lc.Str("user", req.User)
+	}
+	ex.log = lc.Logger()
 	if req.Stream {
 		ex.stream = newStreamer(ex)
 	}
@@ -107,10 +120,11 @@ func (s *Server) startExecution(cn *conn, req *protocol.Execute, reqID json.RawM
 }
 
 // announce sends the started message (section 4.5) once the subject runs,
-// and starts the live output after it.
+// and starts the live output after it. With stdin it is sent too: the
+// controller needs the execution's name for its stdin messages.
 func (ex *execution) announce() {
 	defer ex.announceDone()
-	if !ex.req.Stream && ex.req.DetachMs == 0 {
+	if !ex.req.Stream && ex.req.DetachMs == 0 && !ex.req.Stdin {
 		return
 	}
 	if cn, id := ex.destination(); cn != nil {
@@ -241,12 +255,14 @@ func (s *Server) run(ex *execution) (res protocol.Executed) {
 			Int64("durationMs", res.DurationMs).Msg("execution ended")
 	}()
 
+	defer ex.in.stop()
 	subj, scope, ok := s.start(ex, out, &res)
 	if !ok {
 		return res
 	}
 	ex.announce()
 	st, exited, reason := s.awaitEnd(ex, subj)
+	ex.in.stop() // input left when the subject exits is dropped (section 4.6)
 	switch {
 	case exited && !s.killedByDestroy(subj, st) && settleOnExit(ex.req.OnExit, st):
 		ended = st.At
@@ -280,7 +296,7 @@ func (s *Server) start(ex *execution, out *output, res *protocol.Executed) (*exe
 	if detail, ok := s.beforeStart(ex); !ok { // artifacts.go: the maka layout's files, --require-netns
 		return failed(protocol.ExitScopeUnavailable, detail)
 	}
-	subjectEnv := env.Subject(s.cfg.BaseEnv, req.Environment, req.Credentials, req.ResultToken)
+	subjectEnv := env.Subject(s.cfg.BaseEnv, withUserVars(req, ex.user), req.Credentials, req.ResultToken)
 	// The cwd is checked only when something failed: a stat on every
 	// execution is measurable, and a cwd that is missing makes the lookup or
 	// the start fail anyway.
@@ -304,7 +320,10 @@ func (s *Server) start(ex *execution, out *output, res *protocol.Executed) (*exe
 		return failed(protocol.ExitScopeUnavailable, "the execution scope could not be set up: "+err.Error())
 	}
 	spec := exec.Spec{Path: path, Argv: append([]string{req.Command}, req.Args...), Env: subjectEnv, Dir: dir,
-		Credential: s.cfg.SubjectUser}
+		Stdin: ex.in != nil}
+	if ex.user != nil {
+		spec.Credential = ex.user.Cred
+	}
 	spec.Stdout, spec.Stderr = out.writers(ex.stream)
 	spec.StdoutCopy, spec.StderrCopy = s.openArtifacts(ex)
 	subj, err := exec.Start(s.cfg.Shims, scope, spec)
@@ -316,8 +335,35 @@ func (s *Server) start(ex *execution, out *output, res *protocol.Executed) (*exe
 		}
 		return failed(spawnFailure(err, req.Command))
 	}
+	if ex.in != nil {
+		ex.in.start(subj.Stdin)
+	}
 	ex.log.Debug().Int("pid", subj.PID).Msg("execution started")
 	return subj, scope, true
+}
+
+// withUserVars is the request's environment with HOME, USER and LOGNAME of
+// the user the subject runs as, where neither environment nor credentials
+// sets them (section 4.6).
+func withUserVars(req *protocol.Execute, u *env.User) map[string]string {
+	if u == nil {
+		return req.Environment
+	}
+	vars := u.Vars()
+	for k := range vars {
+		_, inEnv := req.Environment[k]
+		_, inCreds := req.Credentials[k]
+		if inEnv || inCreds {
+			delete(vars, k)
+		}
+	}
+	if len(vars) == 0 {
+		return req.Environment
+	}
+	for k, v := range req.Environment {
+		vars[k] = v
+	}
+	return vars
 }
 
 // awaitEnd waits for the subject to exit or for the framework's end

@@ -50,7 +50,8 @@ type Config struct {
 	MaxStderrBytes  int                                   // stderr returned with captureStderr (section 4.5)
 	ArtifactsDir    string                                // "" for none
 	ArtifactLimit   int64                                 // bytes per stream and execution (--max-artifact-bytes); 0: DefaultArtifactLimit
-	SubjectUser     *syscall.Credential                   // subjects run as this user; nil: as relayd
+	SubjectUser     *env.User                             // subjects run as this user unless a request names one; nil: as relayd
+	MaxStdinBuffer  int                                   // unread input held per execution (--max-stdin-buffer); 0: DefaultMaxStdinBuffer
 	BaseEnv         []string                              // relayd's environment less RELAYD_*
 	Shims           *exec.Shims                           // start every subject (exec.Start)
 	NewScope        func(name string) (exec.Scope, error) // name: the execution id
@@ -63,6 +64,9 @@ type Config struct {
 	RequireNetns    env.Netns // the network namespace subjects must run in (--require-netns); zero: none
 	Bridge          bool      // the Unix socket of relayd bridge is served: ready lists "bridge" (protocol 4.6)
 }
+
+// DefaultMaxStdinBuffer is the default of --max-stdin-buffer (protocol section 9).
+const DefaultMaxStdinBuffer = 4 << 20
 
 // DefaultArtifactLimit is the default of --max-artifact-bytes (protocol section 9).
 const DefaultArtifactLimit = 64 << 20
@@ -96,6 +100,9 @@ type Server struct {
 func New(cfg Config) *Server {
 	if cfg.ArtifactLimit <= 0 {
 		cfg.ArtifactLimit = DefaultArtifactLimit
+	}
+	if cfg.MaxStdinBuffer <= 0 {
+		cfg.MaxStdinBuffer = DefaultMaxStdinBuffer
 	}
 	s := &Server{cfg: cfg, tokenDigest: sha256.Sum256(cfg.Token), log: cfg.Log,
 		stopping: make(chan struct{}), drained: make(chan struct{})}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hmac
 import json
 import socket
@@ -105,8 +106,11 @@ def execute_message(
     stream: Optional[bool],
     on_exit: Optional[str],
     detach_ms: Optional[int],
+    input: Union[str, bytes, None] = None,
+    user: Optional[str] = None,
 ) -> Dict[str, Any]:
-    """The execute message; relayd validates it (a bad one is BadRequestError)."""
+    """The execute message; relayd validates it (a bad one is BadRequestError).
+    ``input`` (protocol 4.6) goes as text when it is str, as base64 when bytes."""
     if not isinstance(command, str):
         if args is not None:
             raise TypeError("execute: give the command as a list, or a string and args, not both")
@@ -123,8 +127,14 @@ def execute_message(
         "stream": stream,
         "onExit": on_exit,
         "detachMs": detach_ms,
+        "user": user,
     }
     msg.update({k: v for k, v in optional.items() if v is not None})
+    if isinstance(input, bytes):
+        msg["input"] = base64.b64encode(input).decode("ascii")
+        msg["inputEncoding"] = "base64"
+    elif input is not None:
+        msg["input"] = input
     if not capture_stdout:
         msg["captureStdout"] = False
     return msg

@@ -120,6 +120,8 @@ class AsyncClient:
         stream: Optional[bool] = None,
         on_exit: Optional[str] = None,
         detach_ms: Optional[int] = None,
+        input: Union[str, bytes, None] = None,
+        user: Optional[str] = None,
         timeout: Optional[float] = None,
         on_output: Optional[OnOutput] = None,
         on_started: Optional[OnStarted] = None,
@@ -129,7 +131,7 @@ class AsyncClient:
         msg = _wire.execute_message(
             command, args, environment=environment, credentials=credentials, result_token=result_token,
             capture_stdout=capture_stdout, cwd=cwd, timeout_ms=timeout_ms, capture_stderr=capture_stderr,
-            stream=stream, on_exit=on_exit, detach_ms=detach_ms,
+            stream=stream, on_exit=on_exit, detach_ms=detach_ms, input=input, user=user,
         )
         wait = _wire.execute_wait(timeout_ms, self.teardown_budget, timeout)
         r = await self._call(msg, "executed", wait, on_output, on_started)

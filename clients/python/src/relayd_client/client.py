@@ -105,6 +105,8 @@ class Client:
         stream: Optional[bool] = None,
         on_exit: Optional[str] = None,
         detach_ms: Optional[int] = None,
+        input: Union[str, bytes, None] = None,
+        user: Optional[str] = None,
         timeout: Optional[float] = None,
         on_output: Optional[OnOutput] = None,
         on_started: Optional[OnStarted] = None,
@@ -120,12 +122,16 @@ class Client:
         ReplyTimeoutError is raised. ``capture_stderr``, ``stream``,
         ``on_exit`` and ``detach_ms`` are protocol 4.5 extensions, sent
         only when given; ``on_output`` receives streamed Output chunks and
-        ``on_started`` the execution's name.
+        ``on_started`` the execution's name. ``input`` (protocol 4.6) is
+        written to the subject's stdin, which then closes (str as text,
+        bytes as base64; at most --max-line-bytes in all); ``user`` runs
+        the subject as that user (``"name"``, ``"uid"``, ``"name:group"``;
+        relayd must be root).
         """
         msg = _wire.execute_message(
             command, args, environment=environment, credentials=credentials, result_token=result_token,
             capture_stdout=capture_stdout, cwd=cwd, timeout_ms=timeout_ms, capture_stderr=capture_stderr,
-            stream=stream, on_exit=on_exit, detach_ms=detach_ms,
+            stream=stream, on_exit=on_exit, detach_ms=detach_ms, input=input, user=user,
         )
         wait = _wire.execute_wait(timeout_ms, self.teardown_budget, timeout)
         r = self._call(msg, "executed", wait, on_output, on_started)
