@@ -43,11 +43,12 @@ type Message struct {
 }
 
 // fieldNames are the top-level fields relayd reads: those of every message,
-// then execute's (section 4), then attach's (section 4.5). Decode finds these and skips every other.
+// then execute's (section 4), attach's (section 4.5), verify's (4.6). Decode finds these and skips every other.
 var fieldNames = [...]string{"kind", "token", "id",
 	"command", "args", "environment", "credentials", "resultToken", "captureStdout", "cwd", "timeoutMs",
 	"captureStderr", "stream", "onExit", "detachMs", // execute's extensions (section 4.5)
-	"execution", // attach's
+	"execution",                // attach's
+	"all", "survivors", "keep", // verify's trial boundary (section 4.6)
 }
 
 // The ranges of fieldNames that each kind reads besides the first
@@ -56,6 +57,7 @@ const (
 	commonFields           = 3
 	executeFrom, executeTo = 3, 15
 	attachFrom, attachTo   = 15, 16
+	verifyFrom, verifyTo   = 16, 19
 )
 
 // maxFieldName is the length of the longest of fieldNames.
