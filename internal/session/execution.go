@@ -80,14 +80,14 @@ func (ex *execution) destination() (*conn, json.RawMessage) {
 
 func (s *Server) startExecution(cn *conn, req *protocol.Execute, reqID json.RawMessage, log zerolog.Logger) *execution {
 	ex := &execution{
-		id:      s.newExecutionID(),
-		reqID:   reqID,
-		req:     req,
-		stopCh:  make(chan string, 1),
+		id:       s.newExecutionID(),
+		reqID:    reqID,
+		req:      req,
+		stopCh:   make(chan string, 1),
 		done:     make(chan protocol.Executed, 1),
 		finished: make(chan struct{}),
 		owner:    cn,
-		ownerID: reqID,
+		ownerID:  reqID,
 	}
 	if req.DetachMs > 0 {
 		ex.announced = make(chan struct{})
