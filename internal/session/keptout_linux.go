@@ -39,17 +39,18 @@ type target struct {
 // maxDepth bounds the walk up a member's parents to a kept process.
 const maxDepth = 64
 
-// newKeptOut takes members (a first look at scope) and the pids to keep:
-// those that are members, and the members that descend from them, are
-// kept; every other member is a target.
-func newKeptOut(scope exec.Scope, members []exec.Member, keep []int) *keptOut {
+// newKeptOut takes members (a first look at scope, complete when looked
+// is true) and the pids to keep: those that are members, and the members
+// that descend from them, are kept; every other member is a target. When
+// the look failed, every pid of keep counts as possibly a member.
+func newKeptOut(scope exec.Scope, members []exec.Member, looked bool, keep []int) *keptOut {
 	k := &keptOut{scope: scope, kept: map[int]uint64{}, targets: map[int]*target{}}
 	inScope := map[int]bool{}
 	for _, m := range members {
 		inScope[m.PID] = true
 	}
 	for _, pid := range keep {
-		if !inScope[pid] {
+		if looked && !inScope[pid] {
 			continue
 		}
 		if st, ok := readStat(pid); ok {

@@ -215,7 +215,7 @@ func (cn *conn) settleSurvivors(keep []int) []int {
 				s.letGo(l.scope)
 				return
 			}
-			out := newKeptOut(l.scope, members, keep)
+			out := newKeptOut(l.scope, members, err == nil, keep)
 			defer out.close()
 			var target teardown.Scope = out
 			if !out.keeps() {
