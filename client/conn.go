@@ -397,9 +397,31 @@ func (c *Conn) Ready(ctx context.Context) (Ready, error) {
 // Execute returns FrameworkTimeout, before Verify returns. A relayd that
 // dials out closes the connection and exits after answering.
 func (c *Conn) Verify(ctx context.Context) (Verified, error) {
+	return c.VerifyWith(ctx, VerifyOptions{})
+}
+
+// VerifyWith is Verify with the trial boundary's options (protocol 4.6):
+// with o.All, every execution of relayd is ended (each reply goes to its
+// own connection), survivors of every execution are listed, and, with
+// o.SettleSurvivors, settled except o.Keep; the connection stays open in
+// both of relayd's modes.
+func (c *Conn) VerifyWith(ctx context.Context, o VerifyOptions) (Verified, error) {
+	msg := map[string]any{"kind": kindVerify}
+	if o.All {
+		msg["all"] = true
+	}
+	if o.SettleSurvivors {
+		msg["survivors"] = "settle"
+	}
+	if len(o.Keep) > 0 {
+		msg["keep"] = o.Keep
+	}
+	wait := c.cfg.ReplyTimeout + c.cfg.TeardownTimeout + settleSlack
+	if o.All {
+		wait += c.cfg.TeardownTimeout // the executions, then the survivors
+	}
 	var v Verified
-	err := c.roundTrip(ctx, map[string]any{"kind": kindVerify}, &call{want: kindVerified, into: &v},
-		c.cfg.bound(c.cfg.ReplyTimeout+c.cfg.TeardownTimeout+settleSlack))
+	err := c.roundTrip(ctx, msg, &call{want: kindVerified, into: &v}, c.cfg.bound(wait))
 	return v, err
 }
 

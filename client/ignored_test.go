@@ -46,11 +46,11 @@ func TestIgnoredFieldsAreLogged(t *testing.T) {
 
 	logged.Reset()
 	var v client.Verified
-	if err := client.Send(ctx, c, map[string]any{"kind": "verify", "all": true}, &v); err != nil {
+	if err := client.Send(ctx, c, map[string]any{"kind": "verify", "every": true}, &v); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(v.Ignored, []string{"all"}) || !strings.Contains(logged.String(), `"all"`) {
-		t.Fatalf("Verified.Ignored %q, logged %q; want [all], logged", v.Ignored, logged.String())
+	if !slices.Equal(v.Ignored, []string{"every"}) || !strings.Contains(logged.String(), `"every"`) {
+		t.Fatalf("Verified.Ignored %q, logged %q; want [every], logged", v.Ignored, logged.String())
 	}
 
 	logged.Reset()

@@ -77,6 +77,8 @@ func (d Diagnostic) Counted() bool { return d.Bytes != nil }
 type Survivor struct {
 	PID  int      `json:"pid"`
 	Argv []string `json:"argv"`
+	// Execution names the execution whose scope the process is of.
+	Execution string `json:"execution,omitempty"`
 	// ArgvUnavailable: relayd could not read the command line (a zombie, a
 	// process in the middle of exec); Argv holds the process's name from
 	// the kernel instead, or nothing.
@@ -211,7 +213,7 @@ type Ready struct {
 	Scope       string   `json:"scope"`              // the scope mechanism, e.g. "cgroup"
 	Detached    []string `json:"detached,omitempty"` // dial-out: detached executions (extension)
 	// Extensions lists what relayd serves beyond the base protocol, e.g.
-	// "stream", "detach", "ignored" (protocol 4.6); nil from an older relayd.
+	// "stream", "detach", "ignored", "trial" (protocol 4.6); nil from an older relayd.
 	Extensions []string `json:"extensions,omitempty"`
 	Ignored    []string `json:"ignored,omitempty"` // fields of the request relayd did not know (protocol 4.6)
 }
@@ -223,5 +225,24 @@ type Verified struct {
 	Quiescent        bool       `json:"quiescent"`
 	Survivors        []Survivor `json:"survivors"`
 	SurvivorsOmitted int        `json:"survivorsOmitted,omitempty"`
-	Ignored          []string   `json:"ignored,omitempty"` // fields of the request relayd did not know (protocol 4.6)
+	// Boundary numbers a trial boundary (VerifyOptions.All), from 1; 0 for
+	// an ordinary verify.
+	Boundary int `json:"boundary,omitempty"`
+	// Settled lists the pids a boundary with SettleSurvivors settled.
+	Settled []int    `json:"settled,omitempty"`
+	Ignored []string `json:"ignored,omitempty"` // fields of the request relayd did not know (protocol 4.6)
+}
+
+// VerifyOptions make a verify the trial boundary of protocol 4.6.
+type VerifyOptions struct {
+	// All: end every execution of relayd, on any connection or detached,
+	// and list the survivors of every execution (relayd lists "trial" in
+	// Ready.Extensions).
+	All bool
+	// SettleSurvivors settles those survivors too ("survivors":"settle"),
+	// except Keep and their descendants. It needs All.
+	SettleSurvivors bool
+	// Keep are pids left alone by SettleSurvivors, with their descendants
+	// (a service the verifier must find). It needs All.
+	Keep []int
 }

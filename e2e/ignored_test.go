@@ -103,7 +103,7 @@ func TestIgnoredEveryReply(t *testing.T) {
 		wantIgnored(t, e, "tiemout")
 	}
 	// verify ends it; both replies name what each request had.
-	cl.send(msg{"kind": "verify", "id": 6, "all": true, "command": "x"})
+	cl.send(msg{"kind": "verify", "id": 6, "alll": true, "command": "x"})
 	x = cl.read(10 * time.Second)
 	wantExit(t, x, "framework_timeout", 124)
 	wantIgnored(t, x)
@@ -111,7 +111,7 @@ func TestIgnoredEveryReply(t *testing.T) {
 	if v["kind"] != "verified" {
 		t.Fatalf("got %v; want verified", v)
 	}
-	wantIgnored(t, v, "all", "command")
+	wantIgnored(t, v, "alll", "command")
 
 	for _, tt := range []struct {
 		req  msg

@@ -425,3 +425,85 @@ func TestDocProtocolIsARefinement(t *testing.T) {
 		}
 	}
 }
+
+// The README's Harbor-style trial is run as printed, each command a
+// relayctl of its own, with two substitutions: a free port for 8000, and
+// TMUX_TMPDIR in the test's directory, so that "tmux -L agent" is the
+// test's own tmux server. Before the boundary it waits for the agent's
+// service and loop, as a person reading along would; then the loop has
+// stopped and the service answers.
+func TestReadmeHarborTrial(t *testing.T) {
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Skip("tmux not installed (apt-get install tmux; .ci/run installs it)")
+	}
+	bin := relayctl(t)
+	section := readmeSection(t, "### A Harbor-style trial")
+	port := strconv.Itoa(freeTCPPort(t))
+	var script, want []string
+	for _, line := range strings.Split(section, "\n") {
+		l, ok := strings.CutPrefix(line, "    ")
+		if !ok {
+			continue
+		}
+		l = strings.ReplaceAll(l, "8000", port)
+		if cmd, ok := strings.CutPrefix(l, "$ "); ok {
+			script = append(script, cmd)
+		} else {
+			want = append(want, l)
+		}
+	}
+	if len(script) != 4 || !strings.Contains(script[3], "--keep") {
+		t.Fatalf("the README's Harbor-style trial: %q; want three execs and a verify --keep", script)
+	}
+	tmuxDir := t.TempDir()
+	d := startRelayd(t, opts{env: []string{"TMUX=", "TMUX_TMPDIR=" + tmuxDir}})
+	t.Cleanup(func() {
+		out, _ := exec.Command("tmux", "-L", "agent", "display-message", "-p", "#{pid}").Output()
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(out))); err == nil {
+			killPid(pid) // the agent's tmux server, if the test failed before the boundary
+		}
+	})
+	t.Setenv("TMUX_TMPDIR", tmuxDir) // for the cleanup's tmux
+	run := func(line string) string {
+		t.Helper()
+		cmd := exec.Command("bash", "-c", "exec 2>&1\n"+line)
+		cmd.Dir = d.workspace
+		cmd.Env = append(cleanEnv(), "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"), "RELAYCTL_ADDR="+d.addr,
+			"RELAYD_TOKEN="+d.token)
+		var out bytes.Buffer
+		cmd.Stdout = &out
+		if err := testharness.RunWithin(cmd, 60*time.Second); err != nil {
+			t.Fatalf("%s: %v; output:\n%s", line, err, out.String())
+		}
+		return out.String()
+	}
+	for _, line := range script[:3] {
+		run(line)
+	}
+	beat := filepath.Join(d.workspace, "beat")
+	portN, _ := strconv.Atoi(port)
+	waitFor(t, 15*time.Second, "the agent's service and loop", func() bool {
+		_, err := os.Stat(beat)
+		return err == nil && dialsOK(portN)
+	})
+	got := strings.Split(strings.TrimRight(run(script[3]), "\n"), "\n")
+	settled := regexp.MustCompile(`, [0-9]+ settled,`)
+	norm := func(lines []string) []string {
+		out := readmeNormal(lines)
+		for i := range out {
+			out[i] = settled.ReplaceAllString(out[i], ", <n> settled,")
+		}
+		return out
+	}
+	if g, w := norm(got), norm(want); !reflect.DeepEqual(g, w) {
+		t.Fatalf("the README's boundary printed\n%s\nwant (README.md)\n%s", strings.Join(g, "\n"), strings.Join(w, "\n"))
+	}
+	if beating(beat) {
+		t.Fatal("the agent's loop still beats after the README's boundary")
+	}
+	if !dialsOK(portN) {
+		t.Fatal("the kept service does not answer after the README's boundary")
+	}
+	run("relayctl verify --settle-survivors")
+	d.stopClean()
+}

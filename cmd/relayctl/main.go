@@ -17,9 +17,11 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -42,7 +44,11 @@ const usage = `relayctl talks to relayd (docs/protocol.md).
   relayctl attach [flags] EXECUTION          take over an execution run with --detach whose
                                              relayctl went away; print and exit as exec does
   relayctl ready [flags]                     probe relayd: version, scope mechanism, workspace
-  relayctl verify [flags]                    end the subject's time (protocol 4.3)
+  relayctl verify [flags]                    the trial boundary (protocol 4.6): end every execution,
+                                             list what they left (--settle-survivors [--keep PID]...
+                                             settles it; --session: only this connection, 4.3)
+  relayctl survivors [flags]                 list what every execution left, with its ports
+                                             (a trial boundary: it ends what still runs)
   relayctl accept --listen ADDR [flags] [-- COMMAND ARGS...]
                                              wait for a relayd that dials out (relayd --connect),
                                              run COMMAND if given, then verify
@@ -72,6 +78,9 @@ type options struct {
 	stderr          bool          // exec, accept: captureStderr, printed on relayctl's stderr
 	onExit          string        // exec, accept: onExit
 	detach          time.Duration // exec, accept: detachMs
+	settle          bool          // verify: "survivors":"settle"
+	keep            []int         // verify: "keep"
+	session         bool          // verify: without "all" (protocol 4.3)
 }
 
 func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -88,7 +97,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	}
 	verb := args[0]
 	switch verb {
-	case "exec", "ready", "verify", "accept", "attach":
+	case "exec", "ready", "verify", "accept", "attach", "survivors":
 	default:
 		fmt.Fprintf(stderr, "relayctl: unknown command %q\n\n%s", verb, usage)
 		return exitFailed
@@ -119,6 +128,11 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	}
 	if verb == "exec" || verb == "accept" || verb == "attach" {
 		fs.BoolVar(&o.stream, "stream", false, "print the command's stdout and stderr as they arrive (stream), not at its end")
+	}
+	if verb == "verify" {
+		fs.BoolVar(&o.settle, "settle-survivors", false, "settle what the executions left too, except --keep (the trial boundary's \"survivors\":\"settle\")")
+		fs.IntSliceVar(&o.keep, "keep", nil, "with --settle-survivors: leave this pid and its descendants alone, e.g. a service the verifier needs (repeatable)")
+		fs.BoolVar(&o.session, "session", false, "verify this connection's session only (protocol 4.3); a dial-out relayd's session ends")
 	}
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -158,13 +172,17 @@ func check(verb string, o options, command []string) error {
 	switch {
 	case verb == "exec" && len(command) == 0:
 		return errors.New("no command: relayctl exec [flags] -- COMMAND ARGS...")
-	case (verb == "ready" || verb == "verify") && len(command) > 0:
+	case (verb == "ready" || verb == "verify" || verb == "survivors") && len(command) > 0:
 		return fmt.Errorf("takes no command, got %q", command[0])
 	case verb == "attach" && len(command) != 1:
 		return errors.New("wants one execution id: relayctl attach [flags] EXECUTION (relayctl exec --detach prints it)")
 	case o.onExit != "" && o.onExit != string(client.OnExitLeave) && o.onExit != string(client.OnExitSettle) &&
 		o.onExit != string(client.OnExitSettleOnFailure):
 		return fmt.Errorf("--on-exit %q: want leave, settle or settle-on-failure", o.onExit)
+	case len(o.keep) > 0 && !o.settle:
+		return errors.New("--keep needs --settle-survivors: without it nothing is settled")
+	case o.session && o.settle:
+		return errors.New("--session and --settle-survivors exclude each other: settling survivors is the trial boundary's")
 	case o.detach < 0:
 		return fmt.Errorf("--detach must not be negative, got %s", o.detach)
 	case verb == "accept" && o.listen == "":
@@ -232,7 +250,17 @@ func dispatch(ctx context.Context, verb string, o options, token string, command
 		out.ready(r)
 		return 0, nil
 	case "verify":
-		return verify(ctx, c, out)
+		if o.session {
+			return verify(ctx, c, out)
+		}
+		return boundary(ctx, c, client.VerifyOptions{All: true, SettleSurvivors: o.settle, Keep: o.keep}, out)
+	case "survivors":
+		v, err := c.VerifyWith(ctx, client.VerifyOptions{All: true})
+		if err != nil {
+			return 0, err
+		}
+		out.survivors(v)
+		return 0, nil
 	case "exec":
 		return execute(ctx, c, o, command, out)
 	case "attach":
@@ -372,6 +400,23 @@ func verify(ctx context.Context, c *client.Conn, out printer) (int, error) {
 	return 0, nil
 }
 
+// boundary is the trial boundary (protocol 4.6); it exits 1 when relayd
+// does not find the environment quiescent.
+func boundary(ctx context.Context, c *client.Conn, vo client.VerifyOptions, out printer) (int, error) {
+	v, err := c.VerifyWith(ctx, vo)
+	if err != nil {
+		return 0, err
+	}
+	out.verified(v)
+	if !slices.Contains(c.Handshake().Extensions, "trial") {
+		fmt.Fprintln(out.stderr, "relayctl: this relayd has no trial boundary (its ready lists no \"trial\"): the reply concerns this connection only")
+	}
+	if !v.Quiescent {
+		return 1, nil
+	}
+	return 0, nil
+}
+
 // printer writes replies for people (a summary on stderr) or, with --json,
 // as JSON lines on stdout.
 type printer struct {
@@ -436,14 +481,51 @@ func (p printer) verified(v client.Verified) {
 		return
 	}
 	var b strings.Builder
+	b.WriteString("relayctl: verified")
+	if v.Boundary > 0 {
+		fmt.Fprintf(&b, " (trial boundary %d)", v.Boundary)
+	}
 	if v.Quiescent {
-		b.WriteString("relayctl: verified: quiescent")
+		b.WriteString(": quiescent")
 	} else {
-		b.WriteString("relayctl: verified: NOT quiescent (an execution runs, or a settlement was not confirmed)")
+		b.WriteString(": NOT quiescent (an execution runs, or a settlement was not confirmed)")
+	}
+	if v.Settled != nil {
+		fmt.Fprintf(&b, ", %d settled", len(v.Settled))
 	}
 	fmt.Fprintf(&b, ", %s\n", survivorWords(v.Survivors, v.SurvivorsOmitted))
 	writeSurvivors(&b, v.Survivors)
 	io.WriteString(p.stderr, b.String())
+}
+
+// survivors prints the survivors of a trial boundary as a table on
+// stdout: pid, execution, uid, listening ports, command line.
+func (p printer) survivors(v client.Verified) {
+	if p.json {
+		p.asJSON("verified", v)
+		return
+	}
+	tw := tabwriter.NewWriter(p.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PID\tEXECUTION\tUID\tLISTENS\tCOMMAND")
+	for _, sv := range v.Survivors {
+		ports := "-"
+		if len(sv.Listens) > 0 {
+			ps := make([]string, len(sv.Listens))
+			for i, port := range sv.Listens {
+				ps[i] = strconv.Itoa(port)
+			}
+			ports = strings.Join(ps, ",")
+		}
+		uid := "?"
+		if sv.UID >= 0 {
+			uid = strconv.Itoa(sv.UID)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", sv.PID, sv.Execution, uid, ports, strings.Join(sv.Argv, " "))
+	}
+	tw.Flush()
+	if v.SurvivorsOmitted > 0 {
+		fmt.Fprintf(p.stderr, "relayctl: %d more survivors not listed\n", v.SurvivorsOmitted)
+	}
 }
 
 func settlementWords(s client.Settlement) string {
@@ -473,6 +555,9 @@ func survivorWords(s []client.Survivor, omitted int) string {
 // its name.
 func survivorNotes(sv client.Survivor) string {
 	var notes []string
+	if sv.Execution != "" {
+		notes = append(notes, sv.Execution)
+	}
 	if sv.ArgvUnavailable {
 		notes = append(notes, "command line unreadable, name shown")
 	}

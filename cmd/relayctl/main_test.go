@@ -132,10 +132,24 @@ func TestReadyAndVerify(t *testing.T) {
 	if got.code != 0 || !strings.Contains(got.stderr, "1 survivor") || !strings.Contains(got.stderr, "survivor ") {
 		t.Fatalf("exec with a survivor: %d %q", got.code, got.stderr)
 	}
-	got = relayctl(t, tok, "verify", "--addr", r.Addr, "--json")
+	pid := pidsIn(pidFile)[0]
+	got = relayctl(t, tok, "verify", "--addr", r.Addr, "--session", "--json")
 	var v map[string]any
-	if err := json.Unmarshal([]byte(got.stdout), &v); err != nil || got.code != 0 || v["quiescent"] != true {
-		t.Fatalf("verify --json: %d %q", got.code, got.stdout)
+	if err := json.Unmarshal([]byte(got.stdout), &v); err != nil || got.code != 0 || v["quiescent"] != true || v["boundary"] != nil {
+		t.Fatalf("verify --session --json: %d %q", got.code, got.stdout)
+	}
+	// The trial boundary: the sleep another connection left, with its
+	// execution, in the survivors table, then settled.
+	got = relayctl(t, tok, "survivors", "--addr", r.Addr)
+	if got.code != 0 || !strings.HasPrefix(got.stdout, "PID") || !strings.Contains(got.stdout, strconv.Itoa(pid)+" ") || !strings.Contains(got.stdout, "sleep 30") {
+		t.Fatalf("survivors: %d %q; want a table listing %d", got.code, got.stdout, pid)
+	}
+	got = relayctl(t, tok, "verify", "--addr", r.Addr, "--settle-survivors")
+	if got.code != 0 || !strings.Contains(got.stderr, "verified (trial boundary 2): quiescent, 1 settled, 0 survivors") {
+		t.Fatalf("verify --settle-survivors: %d %q", got.code, got.stderr)
+	}
+	if testharness.Alive(pid) {
+		t.Fatalf("%d lives after verify --settle-survivors", pid)
 	}
 }
 
@@ -174,6 +188,8 @@ func TestFailures(t *testing.T) {
 		{"bad env", []string{"RELAYD_TOKEN=x"}, []string{"exec", "--env", "NOEQUALS", "--", "true"}, "NAME=VALUE"},
 		{"bad request", []string{"RELAYD_TOKEN=" + r.Token}, []string{"exec", "--addr", r.Addr, "--env", "RELAYD_X=1", "--", "true"}, "bad-request"},
 		{"unknown verb", nil, []string{"run"}, "unknown command"},
+		{"keep without settle", []string{"RELAYD_TOKEN=x"}, []string{"verify", "--keep", "42"}, "--keep needs --settle-survivors"},
+		{"session and settle", []string{"RELAYD_TOKEN=x"}, []string{"verify", "--session", "--settle-survivors"}, "exclude each other"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got := relayctl(t, tt.env, tt.args...)

@@ -14,8 +14,9 @@ const (
 // ready's "extensions" lists them (section 4.6): the execute fields and
 // messages of section 4.5 by name ("detach" is detachMs with attach), and
 // "ignored" for the ignored list itself, so that a client can tell a reply
-// without it from an older relayd's.
-var Extensions = []string{"captureStderr", "stream", "onExit", "detach", "ignored", "stdin", "user"}
+// without it from an older relayd's, and "trial" for verify's trial
+// boundary (section 4.6).
+var Extensions = []string{"captureStderr", "stream", "onExit", "detach", "ignored", "trial", "stdin", "user"}
 
 // reads reports whether a message of kind k reads fieldNames[i]: every
 // kind reads kind, token and id; execute and attach read their own. A
@@ -30,6 +31,8 @@ func reads(k string, i int) bool {
 		return i >= attachFrom && i < attachTo
 	case k == "stdin":
 		return i >= stdinFrom && i < stdinTo
+	case k == "verify":
+		return i >= verifyFrom && i < verifyTo
 	}
 	return false
 }

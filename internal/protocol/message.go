@@ -43,13 +43,15 @@ type Message struct {
 }
 
 // fieldNames are the top-level fields relayd reads: those of every message,
-// then execute's (section 4), then attach's (section 4.5) and stdin's (4.6). Decode finds these and skips every other.
+// then execute's (section 4), then attach's (section 4.5), stdin's and
+// verify's (4.6). Decode finds these and skips every other.
 var fieldNames = [...]string{"kind", "token", "id",
 	"command", "args", "environment", "credentials", "resultToken", "captureStdout", "cwd", "timeoutMs",
 	"captureStderr", "stream", "onExit", "detachMs", // execute's extensions (section 4.5)
 	"input", "inputEncoding", "stdin", "user", // execute's extensions (section 4.6)
 	"execution",               // attach's and stdin's
 	"data", "encoding", "eof", // stdin's (section 4.6)
+	"all", "survivors", "keep", // verify's trial boundary (section 4.6)
 }
 
 // The ranges of fieldNames that each kind reads besides the first
@@ -59,6 +61,7 @@ const (
 	executeFrom, executeTo = 3, 19
 	attachFrom, attachTo   = 19, 20
 	stdinFrom, stdinTo     = 19, 23
+	verifyFrom, verifyTo   = 23, 26
 )
 
 // maxFieldName is the length of the longest of fieldNames.

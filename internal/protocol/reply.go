@@ -64,6 +64,8 @@ const MaxSurvivors = 1000
 type Survivor struct {
 	PID  int      `json:"pid"`
 	Argv []string `json:"argv"` // [] in JSON when nil (unknown)
+	// Execution names the execution whose scope the process is of.
+	Execution string `json:"execution,omitempty"`
 	// ArgvUnavailable: the command line could not be read (a zombie, an
 	// exiting process, one read in the middle of an exec, twice); Argv
 	// then holds the kernel's name of the process (comm), or nothing.
@@ -155,7 +157,11 @@ type Verified struct {
 	Quiescent        bool            `json:"quiescent"`
 	Survivors        []Survivor      `json:"survivors"`                  // [] in JSON when nil; at most MaxSurvivors
 	SurvivorsOmitted int             `json:"survivorsOmitted,omitempty"` // survivors left out of Survivors
-	Ignored          []string        `json:"ignored,omitempty"`          // the request's unknown fields (section 4.6)
+	// The trial boundary's (section 4.6): its number, counting from 1, and
+	// with "survivors":"settle" the pids it settled ([] when none).
+	Boundary int      `json:"boundary,omitempty"`
+	Settled  *[]int   `json:"settled,omitempty"` // nil: not asked to settle
+	Ignored  []string `json:"ignored,omitempty"` // the request's unknown fields (section 4.6)
 }
 
 // MarshalJSON writes a nil Survivors as [].

@@ -65,7 +65,9 @@ func (s *Server) serveConn(c net.Conn, dialOut bool) (verified, heard bool) {
 	reason := cn.loop()
 	c.Close()
 	for _, sc := range cn.kept {
-		sc.Close() // stops tracking; survivors are left alone
+		// Survivors are left alone, and stay the daemon's for a trial
+		// boundary (trial.go); an empty scope is let go.
+		s.letGoIfEmpty(sc)
 	}
 	cn.log.Info().Str("reason", reason).Bool("verified", cn.verified).
 		Dur("duration", time.Since(began)).Msg("connection closed")
@@ -257,6 +259,14 @@ func (cn *conn) handle(line []byte) string {
 	case "execute":
 		cn.execute(msg, ignored)
 	case "verify":
+		v, perr := msg.Verify()
+		if perr != nil {
+			cn.refuse(msg.ID, ignored, perr.Category, perr.Message)
+			return ""
+		}
+		if v.All {
+			return cn.boundary(request{msg.ID, ignored}, v)
+		}
 		cn.verifies = append(cn.verifies, request{msg.ID, ignored})
 		if cn.dialOut {
 			cn.settleDetached()
@@ -451,6 +461,7 @@ func (cn *conn) answerVerifies() string {
 // the rest, and stops tracking scopes that are empty.
 func (cn *conn) survivors() ([]protocol.Survivor, int) {
 	var all []exec.Member
+	owner := map[int]string{}
 	kept := cn.kept[:0]
 	for _, sc := range cn.kept {
 		members, err := sc.Members() // each scope's own look: its shim's, or its leaf's
@@ -459,14 +470,22 @@ func (cn *conn) survivors() ([]protocol.Survivor, int) {
 			continue
 		}
 		if len(members) == 0 {
-			sc.Close()
+			cn.srv.letGo(sc)
 			continue
 		}
 		kept = append(kept, sc)
+		id := cn.srv.executionOf(sc)
+		for _, m := range members {
+			owner[m.PID] = id
+		}
 		all = append(all, members...)
 	}
 	cn.kept = kept
-	return describe(all, 0)
+	list, omitted := describe(all, 0)
+	for i := range list {
+		list[i].Execution = owner[list[i].PID]
+	}
+	return list, omitted
 }
 
 func (cn *conn) token() string {

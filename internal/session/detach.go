@@ -72,7 +72,7 @@ func (s *Server) keepDetached(ex *execution, attached <-chan struct{}) {
 	ex.stop(reason)
 	res := <-ex.done
 	if ex.kept != nil {
-		ex.kept.Close() // stops tracking; survivors are left alone
+		s.letGoIfEmpty(ex.kept) // survivors are left alone, and stay the daemon's (trial.go)
 	}
 	ex.log.Info().Str("reason", reason).Str("termination", res.Termination).Str("settlement", res.Settlement).
 		Msg("detached execution ended without a controller; its reply is dropped")

@@ -26,7 +26,7 @@ const cutLimit = 2 * time.Second
 
 // execution is one execute request from start to reply. Its goroutine sends
 // exactly one Executed on done; stop may be called any number of times, from
-// the session loop only.
+// the session loop or a trial boundary (trial.go).
 type execution struct {
 	id       string
 	reqID    json.RawMessage
@@ -35,7 +35,8 @@ type execution struct {
 	stopOnce sync.Once
 	stopped  atomic.Bool // stop was called
 	done     chan protocol.Executed
-	kept     exec.Scope // set before done is sent: the scope of an exited subject with survivors
+	finished chan struct{} // closed once the reply is in done (trial boundary: trial.go)
+	kept     exec.Scope    // set before done is sent: the scope of an exited subject with survivors
 	log      zerolog.Logger
 	stream   *streamer  // nil unless req.Stream
 	in       *stdinFeed // the subject's stdin; nil when it is /dev/null (no input, no stdin)
@@ -81,14 +82,15 @@ func (ex *execution) destination() (*conn, json.RawMessage) {
 
 func (s *Server) startExecution(cn *conn, req *protocol.Execute, reqID json.RawMessage, user *env.User, log zerolog.Logger) *execution {
 	ex := &execution{
-		id:      s.newExecutionID(),
-		reqID:   reqID,
-		req:     req,
-		stopCh:  make(chan string, 1),
-		done:    make(chan protocol.Executed, 1),
-		owner:   cn,
-		ownerID: reqID,
-		user:    user,
+		id:       s.newExecutionID(),
+		reqID:    reqID,
+		req:      req,
+		stopCh:   make(chan string, 1),
+		done:     make(chan protocol.Executed, 1),
+		finished: make(chan struct{}),
+		owner:    cn,
+		ownerID:  reqID,
+		user:     user,
 	}
 	if req.HasInput || req.Stdin {
 		ex.in = newStdinFeed(s.cfg.MaxStdinBuffer)
@@ -107,6 +109,7 @@ func (s *Server) startExecution(cn *conn, req *protocol.Execute, reqID json.RawM
 	if req.Stream {
 		ex.stream = newStreamer(ex)
 	}
+	s.track(ex)
 	go func() {
 		res := s.run(ex)
 		ex.announceDone() // the subject never ran: no started
@@ -114,6 +117,8 @@ func (s *Server) startExecution(cn *conn, req *protocol.Execute, reqID json.RawM
 			ex.stream.close() // every output message goes before the reply
 		}
 		ex.done <- res // buffered: the reply is never lost to a slow loop, or kept while detached
+		s.untrack(ex)
+		close(ex.finished)
 		s.ended()
 	}()
 	return ex
@@ -409,8 +414,12 @@ func (s *Server) leaveAlone(ex *execution, subj *exec.Subject, scope exec.Scope,
 	members, err := lookAfterExit(scope)
 	if err != nil || len(members) > 0 {
 		res.Survivors, res.SurvivorsOmitted = describe(members, subj.PID)
+		for i := range res.Survivors {
+			res.Survivors[i].Execution = ex.id
+		}
 		scope.LeaveAlone()
 		ex.kept = scope
+		s.keepLeft(scope, ex.id)
 	} else {
 		scope.Close()
 	}
@@ -444,16 +453,16 @@ func (s *Server) settleExited(ex *execution, subj *exec.Subject, scope exec.Scop
 	subj.CutStdout(cutLimit)
 	out.fill(res, ex.req.ResultToken, false)
 	ex.log.Info().Str("onExit", ex.req.OnExit).Msg("subject exited; settling its scope")
-	r := s.stopScope(ex, scope)
-	res.Settlement = s.settlementOf(ex, r)
+	r := s.stopScope(ex.log, scope)
+	res.Settlement = s.settlementOf(ex.log, r)
 	scope.Close()
 }
 
 // stopScope is teardown.Stop with relayd's budget: settle, else destroy.
-func (s *Server) stopScope(ex *execution, scope exec.Scope) teardown.Result {
+func (s *Server) stopScope(log zerolog.Logger, scope teardown.Scope) teardown.Result {
 	return teardown.Stop(s.destroyCtx, scope, teardown.Budget{Grace: s.cfg.TermGrace, Timeout: s.cfg.TeardownTimeout,
 		Destroy: s.cfg.Destroy, Destroying: func(o teardown.Outcome) {
-			ev := ex.log.Error().Int("remaining", len(o.Remaining)).Dur("elapsed", o.Elapsed)
+			ev := log.Error().Int("remaining", len(o.Remaining)).Dur("elapsed", o.Elapsed)
 			if o.Err != nil {
 				ev = ev.AnErr("lastError", o.Err)
 			}
@@ -463,13 +472,13 @@ func (s *Server) stopScope(ex *execution, scope exec.Scope) teardown.Result {
 
 // settlementOf is the settlement word of a stop's result; one without
 // evidence makes relayd's exit status say so.
-func (s *Server) settlementOf(ex *execution, r teardown.Result) string {
+func (s *Server) settlementOf(log zerolog.Logger, r teardown.Result) string {
 	if r.Confirmed {
 		return protocol.SettleSettled
 	}
 	s.unconfirmed.Store(true)
 	if r.DestroyErr != nil {
-		ex.log.Error().Err(r.DestroyErr).Msg("destroy reported a failure")
+		log.Error().Err(r.DestroyErr).Msg("destroy reported a failure")
 	}
 	if r.Destroyed {
 		return protocol.SettleDestroyed
@@ -497,13 +506,13 @@ func (s *Server) settle(ex *execution, subj *exec.Subject, scope exec.Scope, rea
 	ex.log.Info().Str("reason", reason).Msg("settling scope")
 	res.Termination = protocol.FrameworkTimeout
 	res.ExitCode = protocol.ExitFramework
-	r := s.stopScope(ex, scope)
+	r := s.stopScope(ex.log, scope)
 	select {
 	case st := <-subj.Exited():
 		ended = st.At
 	default:
 	}
-	res.Settlement = s.settlementOf(ex, r)
+	res.Settlement = s.settlementOf(ex.log, r)
 	if r.Confirmed {
 		subj.CutStdout(cutLimit)
 		out.fill(res, ex.req.ResultToken, false)

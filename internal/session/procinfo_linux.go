@@ -25,6 +25,7 @@ const maxDescriptors = 4096
 type procInfo struct {
 	comm       string // the kernel's name of the process, at most 15 bytes
 	state      byte   // 'R', 'S', 'Z', ...
+	ppid       int
 	session    int
 	startTicks uint64 // clock ticks after boot
 	uid        int    // real uid
@@ -52,7 +53,7 @@ func readProcInfo(pid int) (procInfo, bool) {
 	return info, true
 }
 
-// parseProcStat reads comm, state, session and starttime from a
+// parseProcStat reads comm, state, ppid, session and starttime from a
 // /proc/PID/stat line. The name may hold spaces and parentheses: it ends
 // at the last ')'.
 func parseProcStat(b []byte) (procInfo, bool) {
@@ -67,6 +68,9 @@ func parseProcStat(b []byte) (procInfo, bool) {
 	}
 	info := procInfo{comm: string(b[open+1 : end]), state: f[0][0]}
 	var err error
+	if info.ppid, err = strconv.Atoi(string(f[1])); err != nil {
+		return procInfo{}, false
+	}
 	if info.session, err = strconv.Atoi(string(f[3])); err != nil {
 		return procInfo{}, false
 	}

@@ -87,6 +87,12 @@ type Server struct {
 	destroyCtx context.Context // cancelled by Destroy: settle no longer, kill
 	destroy    context.CancelFunc
 	detached   map[string]*execution // executions waiting for an attach (section 4.5), by name
+	live       map[*execution]bool   // executions started and not yet ended, whichever connection (trial.go)
+	left       map[exec.Scope]string // scopes of exited subjects with survivors → their execution (trial.go)
+	leftPruned int                   // len(left) after its last pruning
+
+	trialMu    sync.Mutex // one trial boundary at a time
+	boundaries int        // trial boundaries so far, under trialMu
 
 	sessions    sync.WaitGroup
 	conns       atomic.Int64 // open listen-mode connections

@@ -32,8 +32,8 @@ class IgnoredTest(RelaydTest):
                 v = c.verify()
             self.assertEqual((seen, x.ignored, v.ignored), ([], (), ()))
             with self.assertWarns(IgnoredFieldsWarning) as cm:
-                r = c.request({"kind": "verify", "all": True, "keep": [1]})
-            self.assertEqual(r["ignored"], ["all", "keep"])
+                r = c.request({"kind": "verify", "every": True, "kept": [1]})
+            self.assertEqual(r["ignored"], ["every", "kept"])
             self.assertEqual(cm.filename, __file__)
 
 

@@ -219,3 +219,19 @@ def error_from(msg: Mapping[str, Any]) -> ProtocolError:
 def closes(err: BaseException) -> bool:
     """relayd closes the connection after these errors."""
     return isinstance(err, ProtocolError) and err.category in CLOSING
+
+
+def verify_message(all: bool, survivors: Optional[str], keep: Sequence[int]) -> Dict[str, Any]:
+    """A verify request; with ``all``, the trial boundary of protocol 4.6."""
+    if survivors not in (None, "leave", "settle"):
+        raise ValueError(f"survivors={survivors!r}: want 'leave' or 'settle'")
+    if (survivors is not None or keep) and not all:
+        raise ValueError("survivors and keep belong to the trial boundary: give all=True")
+    msg: Dict[str, Any] = {"kind": "verify"}
+    if all:
+        msg["all"] = True
+    if survivors is not None:
+        msg["survivors"] = survivors
+    if keep:
+        msg["keep"] = [int(p) for p in keep]
+    return msg

@@ -145,9 +145,12 @@ class AsyncClient:
         assert isinstance(r, Executed)
         return r
 
-    async def verify(self, *, timeout: Optional[float] = None) -> Verified:
-        wait = timeout if timeout is not None else self.reply_timeout + self.teardown_budget
-        r = await self._call({"kind": "verify"}, "verified", wait)
+    async def verify(self, *, all: bool = False, survivors: Optional[str] = None, keep: Sequence[int] = (),
+                     timeout: Optional[float] = None) -> Verified:
+        """As Client.verify: with ``all=True`` the trial boundary (protocol 4.6)."""
+        msg = _wire.verify_message(all, survivors, keep)
+        wait = timeout if timeout is not None else self.reply_timeout + self.teardown_budget * (2 if all else 1)
+        r = await self._call(msg, "verified", wait)
         assert isinstance(r, Verified)
         return r
 

@@ -156,11 +156,18 @@ class Client:
         assert isinstance(r, Executed)
         return r
 
-    def verify(self, *, timeout: Optional[float] = None) -> Verified:
+    def verify(self, *, all: bool = False, survivors: Optional[str] = None, keep: Sequence[int] = (),
+               timeout: Optional[float] = None) -> Verified:
         """The verification boundary: relayd ends what still runs on this
-        connection and reports whether the session is quiescent."""
-        wait = timeout if timeout is not None else self.reply_timeout + self.teardown_budget
-        r = self._call({"kind": "verify"}, "verified", wait)
+        connection and reports whether the session is quiescent.
+
+        With ``all=True``, the trial boundary (protocol 4.6): every execution
+        of relayd ends, on any connection, and ``survivors`` lists what every
+        execution left; ``survivors="settle"`` settles those too, except the
+        pids in ``keep`` and their descendants. The connection stays open."""
+        msg = _wire.verify_message(all, survivors, keep)
+        wait = timeout if timeout is not None else self.reply_timeout + self.teardown_budget * (2 if all else 1)
+        r = self._call(msg, "verified", wait)
         assert isinstance(r, Verified)
         return r
 

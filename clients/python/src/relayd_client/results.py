@@ -61,7 +61,8 @@ class Survivor:
 
     ``uid`` is its real uid, ``listens`` the local TCP ports it listens on,
     ``start`` its start time in milliseconds since the Unix epoch,
-    ``session`` its session id; each is None (``listens`` empty) when
+    ``session`` its session id, ``execution`` the execution whose scope it
+    is of; each is None (``listens`` empty) when
     relayd did not say (an older relayd, or a process that ended while the
     reply was built). ``argv_unavailable``: its command line could not be
     read (a zombie, or a process in the middle of exec), and ``argv`` holds
@@ -74,6 +75,7 @@ class Survivor:
     start: Optional[int] = None
     session: Optional[int] = None
     argv_unavailable: bool = False
+    execution: Optional[str] = None
 
     @classmethod
     def _parse(cls, v: Any) -> "Survivor":
@@ -88,7 +90,8 @@ class Survivor:
         return cls(pid=_get(v, "pid", int, 0), argv=tuple(str(a) for a in argv),
                    uid=known("uid"), listens=tuple(int(p) for p in _get(v, "listens", list, [])),
                    start=known("start"), session=known("session"),
-                   argv_unavailable=_get(v, "argvUnavailable", bool, False))
+                   argv_unavailable=_get(v, "argvUnavailable", bool, False),
+                   execution=_get(v, "execution", str))
 
 
 def _survivors(msg: Mapping[str, Any]) -> Tuple[Survivor, ...]:
@@ -221,13 +224,18 @@ class Executed:
 class Verified:
     """The ``verified`` reply: ``quiescent`` is true when nothing of this
     session runs and every settlement was confirmed; ``survivors`` are the
-    processes exited subjects left running (part of what is scored)."""
+    processes exited subjects left running (part of what is scored).
+    A trial boundary (``verify(all=True)``, protocol 4.6) has ``boundary``,
+    its number from 1, and with ``survivors="settle"`` the pids it
+    ``settled``; ``boundary`` is 0 and ``settled`` None otherwise."""
 
     id: Optional[Id]
     quiescent: bool
     survivors: Tuple[Survivor, ...]
     survivors_omitted: int = 0
     ignored: Tuple[str, ...] = ()
+    boundary: int = 0
+    settled: Optional[Tuple[int, ...]] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -238,6 +246,8 @@ class Verified:
             survivors=_survivors(msg),
             survivors_omitted=_get(msg, "survivorsOmitted", int, 0),
             ignored=ignored_of(msg),
+            boundary=_get(msg, "boundary", int, 0),
+            settled=None if msg.get("settled") is None else tuple(int(p) for p in _get(msg, "settled", list, [])),
             raw=msg,
         )
 
