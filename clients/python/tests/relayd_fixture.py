@@ -60,7 +60,9 @@ class Relayd:
             f.write(self.token + "\n")
         argv = [relayd_binary(), "--token-file", token_file, "--workspace", self.workspace,
                 "--state-dir", os.path.join(self.dir, "state"), "--term-grace", "300ms", "--teardown-timeout", "3s"]
-        argv += ["--connect", connect] if connect else ["--listen", "127.0.0.1:0"]
+        # Its own socket for relayd bridge, not the machine's default one.
+        self.socket = os.path.join(self.dir, "relayd.sock")
+        argv += ["--connect", connect] if connect else ["--listen", "127.0.0.1:0", "--socket", self.socket]
         argv += list(args)
         env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYD_")}
         self.log_path = os.path.join(self.dir, "log")

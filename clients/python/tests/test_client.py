@@ -27,7 +27,7 @@ from relayd_client import (
     UnknownKindError,
 )
 from relayd_client import _wire
-from relayd_fixture import RelaydTest, alive, read_pid, wait_for
+from relayd_fixture import RelaydTest, alive, read_pid, relayd_binary, wait_for
 
 
 class ClientTest(RelaydTest):
@@ -111,6 +111,28 @@ class ClientTest(RelaydTest):
                 c.ready()
         self.assertIn("peer closed", d.logs())
         self.assertEqual(d.stop(), 0)
+
+    def test_over_command(self) -> None:
+        # relayd bridge itself is the command, as docker exec -i C relayd
+        # bridge would run it in a container.
+        d = self.relayd()
+        pidfile = os.path.join(d.dir, "sleep.pid")
+        with Client.over_command([relayd_binary(), "bridge", "--socket", d.socket], d.token) as c:
+            assert c.first_ready is not None
+            self.assertIn("bridge", c.first_ready.extensions)
+            x = c.execute("sh", ["-c", "echo over a command; exit 6"])
+            self.assertEqual((x.exit_code, x.stdout), (6, "over a command\n"))
+            killer = threading.Thread(target=lambda: (read_pid(pidfile), c.close()))
+            killer.start()
+            try:
+                with self.assertRaises(ConnectionLostError):
+                    c.execute("sh", ["-c", f"echo $$ > {pidfile}; exec sleep 30"], timeout=20)
+            finally:
+                killer.join()
+        pid = read_pid(pidfile)
+        wait_for("relayd to settle the subject once the command's stdin ended", lambda: not alive(pid))
+        with self.assertRaises(ConnectionLostError):
+            Client.over_command([relayd_binary(), "bridge", "--socket", os.path.join(d.dir, "none.sock")], d.token)
 
     def test_relayd_killed_mid_execution(self) -> None:
         d = self.relayd()

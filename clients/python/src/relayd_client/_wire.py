@@ -84,7 +84,10 @@ def check_token(msg: Mapping[str, Any], token: str) -> None:
 
 def keepalive(sock: socket.socket) -> None:
     """TCP keepalive, so that a relayd whose host vanished is noticed while
-    a long execution runs (about 40 s on Linux)."""
+    a long execution runs (about 40 s on Linux). Not for a socket pair to a
+    command (Client.over_command): its end is the command's."""
+    if sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     for name, value in (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3)):
         opt = getattr(socket, name, None)

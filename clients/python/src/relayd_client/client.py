@@ -10,6 +10,7 @@ from __future__ import annotations
 import hmac
 import selectors
 import socket
+import subprocess
 import threading
 import time
 from types import TracebackType
@@ -58,6 +59,43 @@ class Client:
         _wire.keepalive(_sock)
         #: The ready relayd sent first, for a relayd that dialed out (Listener.accept).
         self.first_ready: Optional[Ready] = None
+        self._proc: Optional[subprocess.Popen[bytes]] = None  # over_command's command
+
+    @classmethod
+    def over_command(
+        cls,
+        argv: Sequence[str],
+        token: str,
+        *,
+        teardown_budget: float = _wire.DEFAULT_TEARDOWN_BUDGET,
+        reply_timeout: float = _wire.DEFAULT_REPLY_TIMEOUT,
+        ready_timeout: float = 30.0,
+    ) -> "Client":
+        """A Client that reaches relayd through a command's stdin and stdout:
+        ``relayd bridge`` through an exec channel the harness already has,
+        e.g. ``["docker", "exec", "-i", C, "relayd", "bridge"]`` or
+        ``["kubectl", "exec", "-i", POD, "--", "relayd", "bridge"]``
+        (protocol 4.6). The command gets one end of a socket pair as its
+        stdin and stdout (its stderr is this process's); the handshake is
+        done here, and its ready is ``first_ready``. close() ends the
+        command's stdin, which relayd takes as the end of the stream (what
+        runs is settled), and waits for the command, killing it after 5 s."""
+        ours, theirs = socket.socketpair()
+        try:
+            proc = subprocess.Popen(list(argv), stdin=theirs.fileno(), stdout=theirs.fileno())
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()  # the command has its own: its end is then our EOF
+        c = cls("", token, teardown_budget=teardown_budget, reply_timeout=reply_timeout, _sock=ours)
+        c._proc = proc
+        try:
+            c.first_ready = c.ready(timeout=ready_timeout)
+        except BaseException:
+            c.close()
+            raise
+        return c
 
     def __repr__(self) -> str:
         peer = "closed"
@@ -82,7 +120,20 @@ class Client:
         """Close the connection. While an execution runs, relayd settles it (transport loss)."""
         sock, self._sock = self._sock, None
         if sock is not None:
+            try:
+                # Wakes a call blocked reading it in another thread, and ends
+                # the stream now: close alone waits for that read to return.
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             sock.close()
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()  # our own child, not yet reaped
+                proc.wait()
 
     def ready(self, *, timeout: Optional[float] = None) -> Ready:
         """Ask relayd who it is (a handshake or liveness probe)."""
