@@ -54,6 +54,8 @@ const usage = `relayctl talks to relayd (docs/protocol.md).
                                              run COMMAND if given, then verify
   relayctl --version                         print relayctl's version
 
+relayd is reached at --addr HOST:PORT, or with --over 'docker exec -i C
+relayd bridge' (any command that carries the protocol) with no port.
 The token comes from --token-file FILE or the environment variable
 RELAYD_TOKEN, never from a flag's value. Exit status: the command's own
 (124 when relayd ended it at --timeout); 125 when relayctl itself failed.
@@ -66,6 +68,7 @@ func main() {
 // options are relayctl's flags; each has a comment in its flag's help.
 type options struct {
 	addr            string
+	over            string // --over: a command that carries the protocol (relayd bridge through an exec channel)
 	listen          string
 	tokenFile       string
 	timeout         time.Duration
@@ -117,6 +120,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		fs.DurationVar(&o.acceptTimeout, "accept-timeout", 60*time.Second, "how long to wait for the relayd")
 	} else {
 		fs.StringVar(&o.addr, "addr", o.addr, "relayd's address, HOST:PORT (else RELAYCTL_ADDR, else 127.0.0.1:7700)")
+		fs.StringVar(&o.over, "over", "", "reach relayd through this command's stdin and stdout instead of --addr, e.g. 'docker exec -i C relayd bridge' (split at spaces, no shell)")
 	}
 	if verb == "exec" || verb == "accept" {
 		fs.DurationVar(&o.timeout, "timeout", 0, "the framework's deadline for the command (timeoutMs): relayd settles it then; 0 for none")
@@ -234,6 +238,8 @@ func dispatch(ctx context.Context, verb string, o options, token string, command
 	var err error
 	if verb == "accept" {
 		c, err = accept(ctx, d, o, token, out)
+	} else if o.over != "" {
+		c, err = d.DialCommand(ctx, strings.Fields(o.over), token)
 	} else {
 		c, err = d.Dial(ctx, o.addr, token)
 	}

@@ -280,3 +280,21 @@ func TestAcceptRelaydStopped(t *testing.T) {
 		t.Fatalf("relayctl accept exited %s after printing exit %s: %q", got, m[1], stderr.String())
 	}
 }
+
+// --over carries the protocol through a command's stdin and stdout: relayd
+// bridge here, as docker exec -i C relayd bridge would run it.
+func TestOverCommand(t *testing.T) {
+	r := start(t)
+	tok := []string{"RELAYD_TOKEN=" + r.Token}
+	over := relaydBin + " bridge --socket " + r.Socket
+	got := relayctl(t, tok, "exec", "--over", over, "--", "sh", "-c", "echo through; exit 3")
+	if got.code != 3 || got.stdout != "through\n" {
+		t.Fatalf("exec --over: %d %q %q; want 3, through", got.code, got.stdout, got.stderr)
+	}
+	if got := relayctl(t, tok, "ready", "--json", "--over", over); got.code != 0 || !strings.Contains(got.stdout, `"bridge"`) {
+		t.Fatalf("ready --over: %d %q; want the bridge among the extensions", got.code, got.stdout)
+	}
+	if got := relayctl(t, tok, "ready", "--over", relaydBin+" bridge --socket "+filepath.Join(t.TempDir(), "none")); got.code != 125 {
+		t.Fatalf("ready over a bridge to nobody: %d; want 125", got.code)
+	}
+}
