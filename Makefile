@@ -133,7 +133,7 @@ image: build
 		docker rmi "$$old" >/dev/null 2>&1 || true; \
 	fi
 
-## k8s-image: the init image of deploy/kubernetes/pod.yaml, $(INIT_IMAGE): busybox (pulled; INIT_BASE= for another image with cp) plus /relayd from $(IMAGE)
+## k8s-image: the init image of deploy/kubernetes/pod.yaml and pod-baseline.yaml, $(INIT_IMAGE): busybox (pulled; INIT_BASE= for another image with cp) plus /relayd from $(IMAGE)
 INIT_IMAGE ?= relayd-init:dev
 .PHONY: k8s-image
 k8s-image: image

@@ -7,16 +7,19 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
-// No cluster runs here: deploy/kubernetes/pod.yaml is checked by reading
-// it. yamlSubset reads the part of YAML the manifest uses (block mappings
+// No cluster runs here: the files of deploy/kubernetes (pod.yaml,
+// pod-baseline.yaml, networkpolicy.yaml, inspect-values.yaml) are checked by
+// reading them. yamlSubset reads the part of YAML they use (block mappings
 // and sequences, flow sequences of double-quoted strings, {} and plain or
 // double-quoted scalars, # comments) without a dependency, and fails on
-// anything else, so the manifest cannot drift out of what is checked.
+// anything else, so the files cannot drift out of what is checked.
 
 type yamlLine struct {
 	n      int // line number, for errors
@@ -139,7 +142,8 @@ func (p *yamlParser) mapping(indent int) (any, error) {
 	return m, nil
 }
 
-var yamlKey = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9_.-]*):(?: +(.*))?$`)
+// Keys may hold "/" for label keys such as app.kubernetes.io/name.
+var yamlKey = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9_./-]*):(?: +(.*))?$`)
 
 func splitKey(s string) (key, rest string, ok bool) {
 	m := yamlKey.FindStringSubmatch(s)
@@ -182,10 +186,10 @@ func field(t *testing.T, v any, keys ...string) any {
 	for _, k := range keys {
 		m, ok := v.(map[string]any)
 		if !ok {
-			t.Fatalf("pod.yaml: want a mapping holding %q, got %T", k, v)
+			t.Fatalf("want a mapping holding %q, got %T", k, v)
 		}
 		if v, ok = m[k]; !ok {
-			t.Fatalf("pod.yaml: no %q (in %v)", k, keys)
+			t.Fatalf("no %q (in %v)", k, keys)
 		}
 	}
 	return v
@@ -195,7 +199,7 @@ func str(t *testing.T, v any, keys ...string) string {
 	t.Helper()
 	s, ok := field(t, v, keys...).(string)
 	if !ok {
-		t.Fatalf("pod.yaml: %v is not a scalar", keys)
+		t.Fatalf("%v is not a scalar", keys)
 	}
 	return s
 }
@@ -204,7 +208,7 @@ func list(t *testing.T, v any, keys ...string) []any {
 	t.Helper()
 	s, ok := field(t, v, keys...).([]any)
 	if !ok {
-		t.Fatalf("pod.yaml: %v is not a sequence", keys)
+		t.Fatalf("%v is not a sequence", keys)
 	}
 	return s
 }
@@ -215,7 +219,7 @@ func strs(t *testing.T, v any, keys ...string) []string {
 	for _, it := range list(t, v, keys...) {
 		s, ok := it.(string)
 		if !ok {
-			t.Fatalf("pod.yaml: %v holds a non-scalar", keys)
+			t.Fatalf("%v holds a non-scalar", keys)
 		}
 		out = append(out, s)
 	}
@@ -238,7 +242,7 @@ func named(t *testing.T, items []any, name string) any {
 			return it
 		}
 	}
-	t.Fatalf("pod.yaml: nothing named %q", name)
+	t.Fatalf("nothing named %q", name)
 	return nil
 }
 
@@ -281,62 +285,269 @@ func dockerfileCopy(t *testing.T, file string) (src, dest string) {
 	return src, dest
 }
 
-func TestKubernetesPodManifest(t *testing.T) {
-	dir := filepath.Join("..", "..", "deploy", "kubernetes")
-	b, err := os.ReadFile(filepath.Join(dir, "pod.yaml"))
+// k8sDir holds the manifests checked here.
+var k8sDir = filepath.Join("..", "..", "deploy", "kubernetes")
+
+func loadYAML(t *testing.T, name string) any {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(k8sDir, name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod, err := yamlSubset(string(b))
+	v, err := yamlSubset(string(b))
 	if err != nil {
-		t.Fatalf("pod.yaml: %v", err)
+		t.Fatalf("%s: %v", name, err)
 	}
+	return v
+}
+
+// has reports whether mapping v holds key.
+func has(v any, key string) bool {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	_, ok = m[key]
+	return ok
+}
+
+// optStr is str but "" when any key on the way is absent.
+func optStr(t *testing.T, v any, keys ...string) string {
+	t.Helper()
+	for i, k := range keys {
+		if !has(v, k) {
+			return ""
+		}
+		if i < len(keys)-1 {
+			v = v.(map[string]any)[k]
+		}
+	}
+	return str(t, v, keys[len(keys)-1])
+}
+
+// mountsOf maps each volume container c mounts to its path and read-only flag.
+func mountsOf(t *testing.T, c any) map[string]struct {
+	path string
+	ro   bool
+} {
+	t.Helper()
+	out := map[string]struct {
+		path string
+		ro   bool
+	}{}
+	if !has(c, "volumeMounts") {
+		return out
+	}
+	for _, m := range list(t, c, "volumeMounts") {
+		out[str(t, m, "name")] = struct {
+			path string
+			ro   bool
+		}{path.Clean(str(t, m, "mountPath")), optStr(t, m, "readOnly") == "true"}
+	}
+	return out
+}
+
+// under reports whether p is dir or below it.
+func under(p, dir string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
+// The capabilities each manifest adds back after dropping ALL, as its
+// comments and docs/deploy.md say: none for relayd as a non-root user;
+// for relayd as root with --subject-user, SETUID and SETGID to start
+// subjects as that user and KILL to signal them.
+var (
+	capsNonRoot     = []string{}
+	capsSubjectUser = []string{"KILL", "SETGID", "SETUID"}
+)
+
+// checkSecurity checks container c's effective securityContext (its own
+// over the pod's): seccomp RuntimeDefault, no privilege escalation, not
+// privileged, capabilities ALL dropped and exactly add added back; and
+// when nonRoot, runAsNonRoot true and a uid that is not 0.
+func checkSecurity(t *testing.T, podSC, c any, add []string, nonRoot bool) {
+	t.Helper()
+	name := str(t, c, "name")
+	if !has(c, "securityContext") {
+		t.Errorf("container %s has no securityContext", name)
+		return
+	}
+	sc := field(t, c, "securityContext")
+	eff := func(keys ...string) string {
+		if v := optStr(t, sc, keys...); v != "" {
+			return v
+		}
+		return optStr(t, podSC, keys...)
+	}
+	if v := eff("seccompProfile", "type"); v != "RuntimeDefault" {
+		t.Errorf("container %s: seccompProfile %q; want RuntimeDefault", name, v)
+	}
+	if v := optStr(t, sc, "allowPrivilegeEscalation"); v != "false" {
+		t.Errorf("container %s: allowPrivilegeEscalation %q; want false", name, v)
+	}
+	if v := optStr(t, sc, "privileged"); v == "true" {
+		t.Errorf("container %s is privileged", name)
+	}
+	if drop := optStrs(t, optField(sc, "capabilities"), "drop"); len(drop) != 1 || drop[0] != "ALL" {
+		t.Errorf("container %s drops capabilities %q; want [ALL]", name, drop)
+	}
+	got := append([]string{}, optStrs(t, optField(sc, "capabilities"), "add")...)
+	sort.Strings(got)
+	if strings.Join(got, ",") != strings.Join(add, ",") {
+		t.Errorf("container %s adds capabilities %q; want exactly %q", name, got, add)
+	}
+	uid := eff("runAsUser")
+	if nonRoot {
+		if eff("runAsNonRoot") != "true" {
+			t.Errorf("container %s: runAsNonRoot %q; want true", name, eff("runAsNonRoot"))
+		}
+		if uid == "" || uid == "0" {
+			t.Errorf("container %s: runAsUser %q; want a non-root uid (the image's USER is unknown here)", name, uid)
+		}
+	}
+}
+
+// optField is v[key], or an empty mapping when v has no key.
+func optField(v any, key string) any {
+	if !has(v, key) {
+		return map[string]any{}
+	}
+	return v.(map[string]any)[key]
+}
+
+// checkRelaydArgs parses args with relayd's own flag parser and checks
+// the listen mode that pod.yaml, pod-baseline.yaml and inspect-values.yaml
+// share. It returns the options.
+func checkRelaydArgs(t *testing.T, args []string) options {
+	t.Helper()
+	o, _, err := parseFlags(args, func(string) string { return "" })
+	if err != nil {
+		t.Fatalf("relayd refuses the args %q: %v", args, err)
+	}
+	if o.connect != "" || o.listen != ":7700" {
+		t.Errorf("--connect %q, --listen %q; want listen mode on :7700 (relayd bridge through kubectl exec)", o.connect, o.listen)
+	}
+	if o.socket != defaultOptions().socket {
+		t.Errorf("--socket %q; want relayd bridge's default %s", o.socket, defaultOptions().socket)
+	}
+	if o.workspace == "" || !path.IsAbs(o.workspace) {
+		t.Errorf("--workspace %q; want the task's directory", o.workspace)
+	}
+	if v, _ := flagValue(args, "peer-timeout"); v != "30s" {
+		t.Errorf("--peer-timeout %q; want 30s", v)
+	}
+	return o
+}
+
+// checkProbe checks that c is ready only once relayd listens on port.
+func checkProbe(t *testing.T, c any, listen string) {
+	t.Helper()
+	if !has(c, "readinessProbe") {
+		t.Errorf("container %s has no readinessProbe", str(t, c, "name"))
+		return
+	}
+	_, port, _ := strings.Cut(listen, ":")
+	if got := optStr(t, field(t, c, "readinessProbe"), "tcpSocket", "port"); got != port {
+		t.Errorf("readinessProbe tcpSocket port %q; want %s, where relayd listens", got, port)
+	}
+}
+
+// secretName is the Secret the manifests mount, named in their comments'
+// kubectl create secret line.
+const secretName = "relayd-token"
+
+// checkSecretVolume checks the Secret volume v's name and mode.
+func checkSecretVolume(t *testing.T, v any, mode int64) {
+	t.Helper()
+	if n := str(t, v, "secret", "secretName"); n != secretName {
+		t.Errorf("the Secret is %q; want %s", n, secretName)
+	}
+	got, err := strconv.ParseInt(str(t, v, "secret", "defaultMode"), 0, 32)
+	if err != nil || got != mode {
+		t.Errorf("the Secret's defaultMode is %q; want %04o", str(t, v, "secret", "defaultMode"), mode)
+	}
+	if has(field(t, v, "secret"), "items") {
+		t.Errorf("the Secret volume lists items; the test expects the key as the file name")
+	}
+}
+
+func TestKubernetesPodManifest(t *testing.T) {
+	for _, tc := range []struct {
+		file       string
+		restricted bool // Pod Security "restricted": relayd non-root, no --subject-user
+	}{
+		{"pod.yaml", true},
+		{"pod-baseline.yaml", false},
+	} {
+		t.Run(tc.file, func(t *testing.T) { checkPod(t, tc.file, tc.restricted) })
+	}
+}
+
+func checkPod(t *testing.T, file string, restricted bool) {
+	pod := loadYAML(t, file)
 	if str(t, pod, "apiVersion") != "v1" || str(t, pod, "kind") != "Pod" {
-		t.Fatalf("pod.yaml: want apiVersion v1, kind Pod")
+		t.Fatalf("want apiVersion v1, kind Pod")
 	}
 	spec := field(t, pod, "spec")
+	podSC := optField(spec, "securityContext")
 
-	// Volumes: one emptyDir for the binary, one Secret for the token at 0400.
-	var binVol, tokenVol string
+	// Nothing in the Pod may talk to the API server as the Pod.
+	if v := optStr(t, spec, "automountServiceAccountToken"); v != "false" {
+		t.Errorf("automountServiceAccountToken %q; want false", v)
+	}
+	for _, k := range []string{"hostNetwork", "hostPID", "hostIPC", "shareProcessNamespace"} {
+		if optStr(t, spec, k) == "true" {
+			t.Errorf("%s: true", k)
+		}
+	}
+
+	// Volumes: emptyDirs and one Secret for the token, nothing of the host's.
+	var tokenVol string
+	var tokenSpec any
+	emptyDirs := map[string]bool{}
 	for _, v := range list(t, spec, "volumes") {
 		vm := v.(map[string]any)
 		switch {
 		case vm["emptyDir"] != nil:
-			binVol = str(t, v, "name")
-		case vm["secret"] != nil:
-			tokenVol = str(t, v, "name")
-			mode, err := strconv.ParseInt(str(t, v, "secret", "defaultMode"), 0, 32)
-			if err != nil || mode != 0o400 {
-				t.Errorf("pod.yaml: the Secret's defaultMode is %q; want 0400 (256)", str(t, v, "secret", "defaultMode"))
-			}
-			if _, items := vm["secret"].(map[string]any)["items"]; items {
-				t.Errorf("pod.yaml: the Secret volume lists items; the test expects the key as the file name")
-			}
+			emptyDirs[str(t, v, "name")] = true
+		case vm["secret"] != nil && tokenVol == "":
+			tokenVol, tokenSpec = str(t, v, "name"), v
+		default:
+			t.Errorf("volume %s is neither an emptyDir nor the one Secret", str(t, v, "name"))
 		}
 	}
-	if binVol == "" || tokenVol == "" {
-		t.Fatalf("pod.yaml: want an emptyDir volume and a secret volume (got %q, %q)", binVol, tokenVol)
+	if tokenVol == "" {
+		t.Fatalf("no secret volume")
 	}
 
 	// The init image holds relayd where relayd's own image does.
 	_, scratchPath := dockerfileCopy(t, filepath.Join("..", "..", "Dockerfile"))
-	initSrc, initDest := dockerfileCopy(t, filepath.Join(dir, "Dockerfile"))
+	initSrc, initDest := dockerfileCopy(t, filepath.Join(k8sDir, "Dockerfile"))
 	if initSrc != scratchPath || initDest != scratchPath {
 		t.Errorf("deploy/kubernetes/Dockerfile copies %s to %s; want relayd's image's %s at %s", initSrc, initDest, scratchPath, scratchPath)
 	}
 
-	// The init container copies that file into the emptyDir.
+	// The init container copies that file into the emptyDir it mounts.
 	inits := list(t, spec, "initContainers")
 	if len(inits) != 1 {
-		t.Fatalf("pod.yaml: %d init containers; want 1", len(inits))
+		t.Fatalf("%d init containers; want 1", len(inits))
 	}
-	initMount, initRO := mountOf(t, inits[0], binVol)
-	if initRO {
-		t.Errorf("pod.yaml: the init container mounts %s read-only; it must write relayd there", binVol)
+	var binVol, initMount string
+	for vol, m := range mountsOf(t, inits[0]) {
+		if emptyDirs[vol] {
+			binVol, initMount = vol, m.path
+			if m.ro {
+				t.Errorf("the init container mounts %s read-only; it must write relayd there", vol)
+			}
+		}
+	}
+	if binVol == "" {
+		t.Fatalf("the init container mounts no emptyDir")
 	}
 	cp := append(optStrs(t, inits[0], "command"), optStrs(t, inits[0], "args")...)
 	if len(cp) != 3 || path.Base(cp[0]) != "cp" || cp[1] != initDest {
-		t.Fatalf("pod.yaml: the init container runs %q; want [cp %s DEST]", cp, initDest)
+		t.Fatalf("the init container runs %q; want [cp %s DEST]", cp, initDest)
 	}
 	dest := path.Clean(cp[2])
 	if dest == initMount {
@@ -344,42 +555,108 @@ func TestKubernetesPodManifest(t *testing.T) {
 	}
 	rel, err := filepath.Rel(initMount, dest)
 	if err != nil || strings.HasPrefix(rel, "..") || strings.Contains(rel, "/") {
-		t.Fatalf("pod.yaml: the init container copies relayd to %s, not into the emptyDir at %s", dest, initMount)
+		t.Fatalf("the init container copies relayd to %s, not into the emptyDir at %s", dest, initMount)
 	}
 
-	// The task container runs that binary from its own mount of the emptyDir.
+	// The task container runs that binary from a read-only mount of the
+	// emptyDir, so that no subject can replace it.
 	containers := list(t, spec, "containers")
 	if len(containers) != 1 {
-		t.Fatalf("pod.yaml: %d containers; want 1 (the task's)", len(containers))
+		t.Fatalf("%d containers; want 1 (the task's)", len(containers))
 	}
 	task := containers[0]
-	taskMount, _ := mountOf(t, task, binVol)
+	taskMounts := mountsOf(t, task)
+	bin, ok := taskMounts[binVol]
+	if !ok || !bin.ro {
+		t.Errorf("the task container mounts %s at %+v; want it read-only", binVol, bin)
+	}
 	cmd := strs(t, task, "command")
-	if want := path.Join(taskMount, rel); len(cmd) != 1 || cmd[0] != want {
-		t.Errorf("pod.yaml: the task container's command is %q; want [%s], where the init container put relayd", cmd, want)
+	if want := path.Join(bin.path, rel); len(cmd) != 1 || cmd[0] != want {
+		t.Errorf("the task container's command is %q; want [%s], where the init container put relayd", cmd, want)
 	}
 	args := strs(t, task, "args")
+	o := checkRelaydArgs(t, args)
 
-	// The flags: relayd itself accepts them, and they say what matters.
-	o, _, err := parseFlags(args, func(string) string { return "" })
-	if err != nil {
-		t.Fatalf("pod.yaml: relayd refuses the task container's args %q: %v", args, err)
+	// The token: a file of the Secret's read-only mount, mounted into the
+	// container running relayd and no other.
+	tok, ok := taskMounts[tokenVol]
+	if !ok || path.Dir(path.Clean(o.tokenFile)) != tok.path {
+		t.Errorf("--token-file %q is not a file of the Secret's mount %+v", o.tokenFile, tok)
 	}
-	if !regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?\.[A-Za-z0-9-]+\.svc(\.cluster\.local)?:[0-9]+$`).MatchString(o.connect) {
-		t.Errorf("pod.yaml: --connect %q; want dial-out to a Service's DNS name, SERVICE.NAMESPACE.svc:PORT", o.connect)
+	if !tok.ro {
+		t.Errorf("the Secret is mounted writable; want readOnly: true")
 	}
-	tokenMount, tokenRO := mountOf(t, task, tokenVol)
-	if path.Dir(path.Clean(o.tokenFile)) != tokenMount {
-		t.Errorf("pod.yaml: --token-file %q is not a file of the Secret's mount %s", o.tokenFile, tokenMount)
+	if _, ok := mountsOf(t, inits[0])[tokenVol]; ok {
+		t.Errorf("the init container mounts the Secret; only relayd's container may")
 	}
-	if !tokenRO {
-		t.Errorf("pod.yaml: the Secret is mounted writable; want readOnly: true")
+
+	// Who runs relayd and its subjects, and who can read the token.
+	checkSecurity(t, podSC, inits[0], capsNonRoot, true)
+	if restricted {
+		// relayd and its subjects are one non-root uid; the Secret is
+		// root's, readable by that uid's group through fsGroup.
+		checkSecurity(t, podSC, task, capsNonRoot, true)
+		if o.subjectUser != "" {
+			t.Errorf("--subject-user %q needs root, which restricted forbids", o.subjectUser)
+		}
+		gid := optStr(t, optField(task, "securityContext"), "runAsGroup")
+		if gid == "" {
+			gid = optStr(t, podSC, "runAsGroup")
+		}
+		if fs := optStr(t, podSC, "fsGroup"); fs == "" || fs != gid {
+			t.Errorf("fsGroup %q, relayd's runAsGroup %q; want them equal, so that relayd can read the Secret at 0440", fs, gid)
+		}
+		checkSecretVolume(t, tokenSpec, 0o440)
+		// uid 1000 cannot make /run/relayd: its socket and state directory
+		// go on an emptyDir it can write.
+		sockDir := ""
+		for vol, m := range taskMounts {
+			if emptyDirs[vol] && !m.ro && under(o.socket, m.path) {
+				sockDir = m.path
+			}
+		}
+		if sockDir == "" || !under(o.stateDir, sockDir) || o.stateDir == sockDir {
+			t.Errorf("socket %s, state directory %s: want both on a writable emptyDir mount (the state directory below it, for relayd to make 0700)", o.socket, o.stateDir)
+		}
+	} else {
+		// relayd is root with exactly the capabilities --subject-user
+		// needs; subjects are another, non-root user; the Secret is root's
+		// alone.
+		checkSecurity(t, podSC, task, capsSubjectUser, false)
+		if u := optStr(t, optField(task, "securityContext"), "runAsUser"); u != "0" {
+			t.Errorf("the task container's runAsUser %q; want 0 (relayd as root, for --subject-user)", u)
+		}
+		if o.subjectUser == "" || o.subjectUser == "0" || o.subjectUser == "root" {
+			t.Errorf("--subject-user %q; want a non-root user", o.subjectUser)
+		}
+		if fs := optStr(t, podSC, "fsGroup"); fs != "" {
+			t.Errorf("fsGroup %s would make the Secret group-readable; want none", fs)
+		}
+		checkSecretVolume(t, tokenSpec, 0o400)
+		// An emptyDir is 0777: a subject could replace the socket in it.
+		for vol, m := range taskMounts {
+			if emptyDirs[vol] && (under(o.socket, m.path) || under(o.stateDir, m.path)) {
+				t.Errorf("the socket %s or state directory %s is on emptyDir %s, which subjects can write", o.socket, o.stateDir, vol)
+			}
+		}
 	}
-	if o.workspace == "" || !path.IsAbs(o.workspace) {
-		t.Errorf("pod.yaml: --workspace %q; want the task's directory", o.workspace)
+
+	checkProbe(t, task, o.listen)
+
+	// SIGTERM: the kubelet waits long enough for relayd's settlement and
+	// what follows (docs/deploy.md: at least --teardown-timeout + 5 s).
+	grace, err := strconv.Atoi(optStr(t, spec, "terminationGracePeriodSeconds"))
+	if want := o.teardownTimeout + 5*time.Second; err != nil || time.Duration(grace)*time.Second < want {
+		t.Errorf("terminationGracePeriodSeconds %q; want at least %s (--teardown-timeout %s + 5 s)", optStr(t, spec, "terminationGracePeriodSeconds"), want, o.teardownTimeout)
 	}
-	if v, _ := flagValue(args, "peer-timeout"); v != "30s" {
-		t.Errorf("pod.yaml: --peer-timeout %q; want 30s", v)
+
+	// Every container has cpu and memory limits.
+	for _, c := range append(append([]any{}, inits...), containers...) {
+		for _, r := range []string{"cpu", "memory"} {
+			if optStr(t, optField(optField(c, "resources"), "limits"), r) == "" {
+				t.Errorf("container %s has no %s limit", str(t, c, "name"), r)
+			}
+		}
 	}
 
 	// No token on a command line or in the environment: only --token-file
@@ -391,16 +668,145 @@ func TestKubernetesPodManifest(t *testing.T) {
 				(i > 0 && line[i-1] == "--token-file") {
 				continue
 			}
-			t.Errorf("pod.yaml: container %s has %q on its command line", str(t, c, "name"), a)
+			t.Errorf("container %s has %q on its command line", str(t, c, "name"), a)
 		}
-		if _, ok := c.(map[string]any)["env"]; ok {
+		if has(c, "env") {
 			for _, e := range list(t, c, "env") {
 				if n, _ := e.(map[string]any)["name"].(string); n == "RELAYD_TOKEN" {
-					t.Errorf("pod.yaml: container %s sets RELAYD_TOKEN; mount the Secret as a file instead", str(t, c, "name"))
+					t.Errorf("container %s sets RELAYD_TOKEN; mount the Secret as a file instead", str(t, c, "name"))
 				}
 			}
 		}
 	}
+}
+
+// The dial-out NetworkPolicy: it selects the trial's Pod, refuses every
+// inbound connection, and lets out only the controller's port and DNS.
+func TestKubernetesNetworkPolicy(t *testing.T) {
+	np := loadYAML(t, "networkpolicy.yaml")
+	if str(t, np, "apiVersion") != "networking.k8s.io/v1" || str(t, np, "kind") != "NetworkPolicy" {
+		t.Fatalf("want apiVersion networking.k8s.io/v1, kind NetworkPolicy")
+	}
+	pod := loadYAML(t, "pod.yaml")
+	spec := field(t, np, "spec")
+	sel := field(t, spec, "podSelector", "matchLabels").(map[string]any)
+	labels := field(t, pod, "metadata", "labels").(map[string]any)
+	if len(sel) == 0 {
+		t.Errorf("podSelector selects every Pod of the namespace; want the trial's labels")
+	}
+	for k, v := range sel {
+		if labels[k] != v {
+			t.Errorf("podSelector %s=%v does not select pod.yaml's Pod (labels %v)", k, v, labels)
+		}
+	}
+	types := strings.Join(strs(t, spec, "policyTypes"), ",")
+	if types != "Ingress,Egress" && types != "Egress,Ingress" {
+		t.Errorf("policyTypes %s; want Ingress and Egress", types)
+	}
+	if has(spec, "ingress") {
+		t.Errorf("the policy has ingress rules; dial-out needs none")
+	}
+	var dns, controller int
+	for i, r := range list(t, spec, "egress") {
+		// A rule without "to" or without "ports" allows every peer or port.
+		if !has(r, "to") || len(list(t, r, "to")) == 0 || !has(r, "ports") || len(list(t, r, "ports")) == 0 {
+			t.Errorf("egress rule %d lacks to or ports: it would allow every peer or every port", i)
+			continue
+		}
+		for _, peer := range list(t, r, "to") {
+			if has(peer, "ipBlock") || !has(peer, "namespaceSelector") || !has(peer, "podSelector") ||
+				len(optField(field(t, peer, "namespaceSelector"), "matchLabels").(map[string]any)) == 0 ||
+				len(optField(field(t, peer, "podSelector"), "matchLabels").(map[string]any)) == 0 {
+				t.Errorf("egress rule %d: peer %v; want named Pods of a named namespace", i, peer)
+			}
+		}
+		var ports []string
+		for _, p := range list(t, r, "ports") {
+			ports = append(ports, optStr(t, p, "protocol")+"/"+optStr(t, p, "port"))
+		}
+		sort.Strings(ports)
+		ns := optStr(t, list(t, r, "to")[0], "namespaceSelector", "matchLabels", "kubernetes.io/metadata.name")
+		switch strings.Join(ports, ",") {
+		case "TCP/53,UDP/53":
+			if ns != "kube-system" {
+				t.Errorf("egress rule %d: DNS in namespace %q; want kube-system", i, ns)
+			}
+			dns++
+		case "TCP/7700":
+			controller++
+		default:
+			t.Errorf("egress rule %d: ports %q; want the controller's TCP/7700 or DNS", i, ports)
+		}
+	}
+	if dns != 1 || controller != 1 {
+		t.Errorf("%d DNS and %d controller egress rules; want one each", dns, controller)
+	}
+}
+
+// agentEnvServiceKeys are the keys of a service in inspect's agent-env
+// chart 0.14.0 (values.yaml); the chart ignores any other.
+var agentEnvServiceKeys = map[string]bool{
+	"runtimeClassName": true, "image": true, "command": true, "args": true, "workingDir": true,
+	"dnsRecord": true, "additionalDnsRecords": true, "ports": true, "env": true, "initContainers": true,
+	"volumes": true, "volumeMounts": true, "resources": true, "readinessProbe": true, "livenessProbe": true,
+	"imagePullPolicy": true, "securityContext": true, "tolerations": true, "nodeSelector": true, "networks": true,
+}
+
+// inspect-values.yaml: relayd in the sample's main container of inspect's
+// chart, as root with the capabilities of --subject-user, the Secret
+// mounted into that container alone at 0400, the binary where
+// Dockerfile.task puts it.
+func TestKubernetesInspectValues(t *testing.T) {
+	values := loadYAML(t, "inspect-values.yaml")
+	if optStr(t, values, "automountServiceAccountToken") == "true" {
+		t.Errorf("automountServiceAccountToken: true; the chart's default, false, must stay")
+	}
+	svc := field(t, values, "services", "default")
+	for k := range svc.(map[string]any) {
+		if !agentEnvServiceKeys[k] {
+			t.Errorf("services.default.%s is not a key of agent-env 0.14.0", k)
+		}
+	}
+
+	// The binary: Dockerfile.task copies relayd's image's file to where
+	// the command runs it.
+	_, scratchPath := dockerfileCopy(t, filepath.Join("..", "..", "Dockerfile"))
+	src, dest := dockerfileCopy(t, filepath.Join(k8sDir, "Dockerfile.task"))
+	if src != scratchPath {
+		t.Errorf("Dockerfile.task copies %s; want relayd's image's %s", src, scratchPath)
+	}
+	if cmd := strs(t, svc, "command"); len(cmd) != 1 || cmd[0] != dest {
+		t.Errorf("command %q; want [%s], where Dockerfile.task puts relayd", cmd, dest)
+	}
+	o := checkRelaydArgs(t, strs(t, svc, "args"))
+
+	var tokenVol string
+	for _, v := range list(t, svc, "volumes") {
+		if has(v, "secret") {
+			tokenVol = str(t, v, "name")
+			checkSecretVolume(t, v, 0o400)
+		}
+	}
+	tok, ok := mountsOf(t, svc)[tokenVol]
+	if tokenVol == "" || !ok || path.Dir(path.Clean(o.tokenFile)) != tok.path || !tok.ro {
+		t.Errorf("--token-file %q: want a file of the Secret's read-only mount (got %q at %+v)", o.tokenFile, tokenVol, tok)
+	}
+	b, err := os.ReadFile(filepath.Join(k8sDir, "inspect-values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "kubectl create secret generic "+secretName+" ") {
+		t.Errorf("the comments do not say how to create the Secret %s", secretName)
+	}
+
+	checkSecurity(t, map[string]any{}, map[string]any{"name": "default", "securityContext": field(t, svc, "securityContext")}, capsSubjectUser, false)
+	if u := optStr(t, svc, "securityContext", "runAsUser"); u != "0" {
+		t.Errorf("runAsUser %q; want 0 (relayd as root, for --subject-user)", u)
+	}
+	if o.subjectUser == "" || o.subjectUser == "0" || o.subjectUser == "root" {
+		t.Errorf("--subject-user %q; want a non-root user", o.subjectUser)
+	}
+	checkProbe(t, svc, o.listen)
 }
 
 // The subset reader refuses what it does not understand rather than misread it.
@@ -418,11 +824,11 @@ func TestYAMLSubsetRefuses(t *testing.T) {
 			t.Errorf("yamlSubset(%q) = %v; want an error", src, v)
 		}
 	}
-	v, err := yamlSubset("a:\n  - b: \"x # y\" # c\n    c: {}\n  - d\n")
+	v, err := yamlSubset("a:\n  - b: \"x # y\" # c\n    c: {}\n    k8s.io/e: f\n  - d\n")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(v); got != "map[a:[map[b:x # y c:map[]] d]]" {
+	if got := fmt.Sprint(v); got != "map[a:[map[b:x # y c:map[] k8s.io/e:f] d]]" {
 		t.Errorf("got %s", got)
 	}
 }
