@@ -25,19 +25,19 @@ type readmeExample struct {
 	replies []map[string]any
 }
 
-// readmeNetcatSession reads the commands of the README's "A netcat session"
+// readmeNetcatSession reads the commands of docs/netcat.md's "A netcat session"
 // section: every indented block that pipes into nc, and the JSON lines of the
 // block that follows it.
 func readmeNetcatSession(t *testing.T) []readmeExample {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "README.md"))
+	b, err := os.ReadFile(filepath.Join("..", netcatDoc))
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := string(b)
 	start := strings.Index(text, "## A netcat session")
 	if start < 0 {
-		t.Fatal(`README.md has no "## A netcat session" section`)
+		t.Fatal(netcatDoc + ` has no "## A netcat session" section`)
 	}
 	text = text[start+3:]
 	if end := strings.Index(text, "\n## "); end >= 0 {
@@ -110,7 +110,7 @@ func TestReadmeNetcatSession(t *testing.T) {
 	}
 	examples := readmeNetcatSession(t)
 	if len(examples) < 6 {
-		t.Fatalf("found %d netcat commands in README.md; want at least 6", len(examples))
+		t.Fatalf("found %d netcat commands in %s; want at least 6", len(examples), netcatDoc)
 	}
 	d := startRelayd(t, opts{args: []string{"--term-grace", "2s", "--teardown-timeout", "10s"}})
 	_, port, _ := net.SplitHostPort(d.addr)
@@ -154,7 +154,7 @@ func runNetcatSession(t *testing.T, examples []readmeExample, port, token string
 			want = append(want, comparable(m))
 		}
 		if !reflect.DeepEqual(got, want) {
-			t.Errorf("%s\ngot  %v\nwant %v (README.md)", ex.command, got, want)
+			t.Errorf("%s\ngot  %v\nwant %v (%s)", ex.command, got, want, netcatDoc)
 		}
 	}
 }
@@ -188,8 +188,12 @@ func TestReadmeContainerExamplesAreTheTestedFiles(t *testing.T) {
 // next heading of the same or a higher level.
 func readmeSection(t *testing.T, title string) string { return docSection(t, "README.md", title) }
 
-// deployDoc holds the recipes the README points to.
-const deployDoc = "docs/deploy.md"
+// deployDoc holds the recipes the README points to, netcatDoc the netcat
+// session.
+const (
+	deployDoc = "docs/deploy.md"
+	netcatDoc = "docs/netcat.md"
+)
 
 // docSection is readmeSection for file, a path from the module root.
 func docSection(t *testing.T, file, title string) string {
@@ -359,7 +363,7 @@ func TestReadmeIsAFrontDoor(t *testing.T) {
 	if fi.Size() > 30*1024 {
 		t.Fatalf("README.md is %d bytes; want at most %d: move recipes to docs/deploy.md, figures to docs/performance.md", fi.Size(), 30*1024)
 	}
-	for _, doc := range []string{deployDoc, "docs/performance.md"} {
+	for _, doc := range []string{deployDoc, netcatDoc, "docs/performance.md"} {
 		if _, err := os.Stat(filepath.Join("..", doc)); err != nil {
 			t.Errorf("the README points to %s: %v", doc, err)
 		}
@@ -413,7 +417,7 @@ func TestDocProtocolIsARefinement(t *testing.T) {
 		}
 	}
 	stale := regexp.MustCompile(`(?i)\b(sections? 1[0-9](\.[0-9]+)?|choice [0-9]+|item [0-9]+)\b`)
-	for _, f := range []string{doc, "README.md", "SECURITY.md", "ARCHITECTURE.md", deployDoc, "docs/performance.md"} {
+	for _, f := range []string{doc, "README.md", "SECURITY.md", "ARCHITECTURE.md", deployDoc, netcatDoc, "docs/performance.md"} {
 		b, err := os.ReadFile(filepath.Join("..", f))
 		if err != nil {
 			t.Fatal(err)
