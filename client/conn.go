@@ -27,6 +27,7 @@ const (
 	kindOutput   = "output"  // extension (4.5)
 	kindStarted  = "started" // extension (4.5)
 	kindAttach   = "attach"  // extension (4.5)
+	kindContent  = "content" // extension (4.6, files.go)
 )
 
 // Defaults of a zero Dialer.
@@ -158,6 +159,7 @@ type call struct {
 	reply   chan reply // a reply another call's reader read; buffered 1
 	output  func(Output)
 	started func(string)
+	content func(line []byte) (more bool) // a get's chunk (files.go); false: the last, decoded as the reply
 	// Set by the call's own reader, which decodes its reply in place
 	// (before giving up the turn, while the line is still valid).
 	decoded bool
@@ -366,6 +368,7 @@ func (c *Conn) dispatch(kind string, id []byte, line []byte, self *call) {
 				cl.started(s.Execution)
 			}
 		}
+	case kind == kindContent && cl != nil && cl.content != nil && cl.content(line):
 	case cl != nil && cl == self:
 		self.result, self.decoded = self.take(reply{kind, line}), true
 	case cl != nil:
@@ -539,7 +542,11 @@ func (c *Conn) roundTrip(ctx context.Context, msg any, cl *call, wait time.Durat
 		stop := context.AfterFunc(ctx, func() { c.fail(errCancelled) })
 		defer stop()
 	}
-	if err := c.write(msg); err != nil {
+	send := c.write
+	if s, ok := msg.(sender); ok {
+		send = func(any) error { return s(id) } // a put writes its chunks itself (files.go)
+	}
+	if err := send(msg); err != nil {
 		return callErr(ctx, err)
 	}
 	var deadline time.Time

@@ -15,7 +15,7 @@ const (
 // messages of section 4.5 by name ("detach" is detachMs with attach), and
 // "ignored" for the ignored list itself, so that a client can tell a reply
 // without it from an older relayd's.
-var Extensions = []string{"captureStderr", "stream", "onExit", "detach", "ignored"}
+var Extensions = []string{"captureStderr", "stream", "onExit", "detach", "ignored", "files"}
 
 // reads reports whether a message of kind k reads fieldNames[i]: every
 // kind reads kind, token and id; execute and attach read their own. A
@@ -28,6 +28,8 @@ func reads(k string, i int) bool {
 		return i >= executeFrom && i < executeTo
 	case k == "attach":
 		return i >= attachFrom && i < attachTo
+	case k == "put", k == "get":
+		return readsFile(k, i)
 	}
 	return false
 }

@@ -47,7 +47,8 @@ type Message struct {
 var fieldNames = [...]string{"kind", "token", "id",
 	"command", "args", "environment", "credentials", "resultToken", "captureStdout", "cwd", "timeoutMs",
 	"captureStderr", "stream", "onExit", "detachMs", // execute's extensions (section 4.5)
-	"execution", // attach's
+	"execution",                                       // attach's
+	"path", "user", "data", "more", "mode", "parents", // get's (path, user) and put's (files.go, section 4.6)
 }
 
 // The ranges of fieldNames that each kind reads besides the first
@@ -56,6 +57,8 @@ const (
 	commonFields           = 3
 	executeFrom, executeTo = 3, 15
 	attachFrom, attachTo   = 15, 16
+	filesFrom, getTo       = 16, 18 // get reads path and user; put reads to putTo
+	putTo                  = 22
 )
 
 // maxFieldName is the length of the longest of fieldNames.

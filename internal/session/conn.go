@@ -41,6 +41,7 @@ type conn struct {
 	kept        []exec.Scope    // scopes of exited subjects that left survivors
 	unconfirmed bool            // a settlement of this session lacked evidence
 	verified    bool
+	files       fileState // the put in progress (files.go): execute is busy meanwhile
 }
 
 // serveConn runs one session to its end and reports whether it ended after verify.
@@ -55,6 +56,7 @@ func (s *Server) serveConn(c net.Conn, dialOut bool) bool {
 	began := time.Now()
 	reason := cn.loop()
 	c.Close()
+	cn.abandonTransfer()
 	for _, sc := range cn.kept {
 		sc.Close() // stops tracking; survivors are left alone
 	}
@@ -252,6 +254,10 @@ func (cn *conn) handle(line []byte) string {
 		return cn.answerVerifies()
 	case "attach":
 		cn.attach(msg, ignored)
+	case "put":
+		cn.put(msg, ignored)
+	case "get":
+		cn.get(msg, ignored)
 	case "":
 		cn.refuse(msg.ID, ignored, protocol.CatUnknownKind, `message has no "kind": expected "ready", "execute", "verify" or "attach"`)
 	default:
@@ -278,6 +284,10 @@ func (cn *conn) execute(msg *protocol.Message, ignored []string) {
 	if cn.cur != nil {
 		cn.refuse(msg.ID, ignored, protocol.CatBusy,
 			fmt.Sprintf("execution %s is still running on this connection; wait for its executed reply (or send verify to end it)", cn.cur.id))
+		return
+	}
+	if cn.files.xfer != nil {
+		cn.refuse(msg.ID, ignored, protocol.CatBusy, "a put is open on this connection; send its last chunk (no \"more\") first")
 		return
 	}
 	if !cn.srv.admit() {

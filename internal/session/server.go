@@ -50,6 +50,7 @@ type Config struct {
 	MaxStderrBytes  int                                   // stderr returned with captureStderr (section 4.5)
 	ArtifactsDir    string                                // "" for none
 	ArtifactLimit   int64                                 // bytes per stream and execution (--max-artifact-bytes); 0: DefaultArtifactLimit
+	MaxFileBytes    int64                                 // largest file a put or get moves (--max-file-bytes, 4.6); 0: DefaultMaxFileBytes
 	SubjectUser     *syscall.Credential                   // subjects run as this user; nil: as relayd
 	BaseEnv         []string                              // relayd's environment less RELAYD_*
 	Shims           *exec.Shims                           // start every subject (exec.Start)
