@@ -1,0 +1,50 @@
+"""Protocol 4.6 files against the real relayd: upload_file, download_file
+and download_file_to, binary-safe, with mode and parents, and the errors."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import unittest
+
+from relayd_client import BadRequestError, Client, NotFoundError
+from relayd_fixture import RelaydTest
+
+# Every byte value, NULs and newlines included, over several chunks.
+DATA = bytes(range(256)) * 4099 + b"\x00tail\n"
+
+
+class FilesTest(RelaydTest):
+    def test_upload_download_round_trip(self) -> None:
+        d = self.relayd()
+        with Client(d.addr, d.token) as c:
+            info = c.upload_file("sub/dir/blob.bin", DATA, mode=0o640, parents=True)
+            target = os.path.join(d.workspace, "sub/dir/blob.bin")
+            self.assertEqual((info.path, info.bytes), (target, len(DATA)))
+            with open(target, "rb") as f:
+                self.assertEqual(f.read(), DATA)
+            self.assertEqual(os.stat(target).st_mode & 0o777, 0o640)
+            self.assertEqual(c.download_file("sub/dir/blob.bin"), DATA)
+            # From and to file objects, chunk by chunk.
+            c.upload_file(target, io.BytesIO(DATA[:1000]))
+            out = io.BytesIO()
+            got = c.download_file_to(target, out)
+            self.assertEqual((out.getvalue(), got.bytes, got.sha256), (DATA[:1000], 1000, hashlib.sha256(DATA[:1000]).hexdigest()))
+            self.assertEqual(c.download_file(target), DATA[:1000])
+            # An empty file.
+            c.upload_file("empty", b"")
+            self.assertEqual(c.download_file("empty"), b"")
+            # Errors say which, and the connection serves on.
+            with self.assertRaises(NotFoundError):
+                c.upload_file("no/such/dir/f", b"x")
+            with self.assertRaises(NotFoundError):
+                c.download_file("nothing-here")
+            with self.assertRaisesRegex(BadRequestError, "is a directory"):
+                c.download_file("sub")
+            self.assertEqual(c.execute("true").exit_code, 0)
+        self.assertEqual(d.stop(), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
