@@ -444,4 +444,3 @@ func TestFilesUser(t *testing.T) {
 	}
 	d.stopClean()
 }
-
