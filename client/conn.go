@@ -11,6 +11,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/relayd/relayd/internal/protocol"
@@ -160,6 +161,9 @@ type call struct {
 	output  func(Output)
 	started func(string)
 	content func(line []byte) (more bool) // a get's chunk (files.go); false: the last, decoded as the reply
+	// delivered: a reply was put on reply (read by another reader), even
+	// if taken since; a put's watcher stops reading then (files.go).
+	delivered atomic.Bool
 	// Set by the call's own reader, which decodes its reply in place
 	// (before giving up the turn, while the line is still valid).
 	decoded bool
@@ -381,6 +385,7 @@ func (c *Conn) dispatch(kind string, id []byte, line []byte, self *call) {
 }
 
 func deliver(cl *call, kind string, line []byte) {
+	defer cl.delivered.Store(true)
 	select {
 	case cl.reply <- reply{kind, append([]byte(nil), line...)}:
 	default: // it has its reply already

@@ -67,9 +67,17 @@ func (c *Conn) PutFile(ctx context.Context, path string, r io.Reader, opts PutOp
 	buf := make([]byte, size)
 	sum := sha256.New()
 	var n int64
+	cl := &call{want: kindStored, into: &t}
+	sent := make(chan struct{}) // closed when the sender is done
+	watched := make(chan struct{})
 	send := sender(func(id int64) error {
+		defer close(sent)
+		go c.watchPut(cl, sent, watched)
 		first := true
 		for {
+			if cl.delivered.Load() {
+				return nil // relayd refused the transfer already: it drops what would follow
+			}
 			k, rerr := io.ReadFull(r, buf)
 			if rerr != nil && rerr != io.EOF && rerr != io.ErrUnexpectedEOF {
 				// Nothing more can be sent; dropping the connection abandons the transfer.
@@ -95,7 +103,12 @@ func (c *Conn) PutFile(ctx context.Context, path string, r io.Reader, opts PutOp
 			}
 		}
 	})
-	err := c.roundTrip(ctx, send, &call{want: kindStored, into: &t}, c.cfg.bound(time.Duration(math.MaxInt64)))
+	err := c.roundTrip(ctx, send, cl, c.cfg.bound(time.Duration(math.MaxInt64)))
+	select {
+	case <-sent:
+		<-watched
+	default: // the sender never ran: nothing was started
+	}
 	if err != nil {
 		return t, err
 	}
@@ -103,6 +116,29 @@ func (c *Conn) PutFile(ctx context.Context, path string, r io.Reader, opts PutOp
 		return t, fmt.Errorf("%w: put %s: relayd stored %d bytes with sha256 %s; sent %d with %s", ErrBadReply, path, t.Bytes, t.Sha256, n, want)
 	}
 	return t, nil
+}
+
+// watchPut reads the connection while a put's chunks go out, so that a
+// refusal (the transfer's only reply before its last chunk) stops the
+// sending at once rather than after the whole file. It takes the reading
+// turn as await would, and gives it back once cl's reply has come (await
+// then takes it from cl.reply), the connection failed, or, still waiting
+// for the turn, the sender is done.
+func (c *Conn) watchPut(cl *call, sent <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	select {
+	case c.readTurn <- struct{}{}:
+	case <-sent:
+		return
+	case <-c.dead:
+		return
+	}
+	defer func() { <-c.readTurn }()
+	for !cl.delivered.Load() {
+		if c.readOne(time.Time{}, nil) != nil {
+			return
+		}
+	}
 }
 
 // putWire is a put line; field order as in the protocol.

@@ -300,6 +300,15 @@ func TestFilesRefusals(t *testing.T) {
 			t.Errorf("%s: got %v; want %s saying %q", tc.name, err, tc.category, tc.says)
 		}
 	}
+	// A refused put stops the client's sending: a 1 GiB file over the
+	// limit, or without its parent, is not sent whole.
+	for _, path := range []string{"toobig", "missing/dir/big"} {
+		src := &patterned{n: 1 << 30}
+		_, err := c.PutFile(ctx, path, src, relayd.PutOptions{})
+		if errorOf(err) == "" || src.off > 64<<20 {
+			t.Errorf("put of 1 GiB to %s: %v after reading %d bytes; want a refusal within 64 MiB", path, err, src.off)
+		}
+	}
 	if _, err := os.Stat(filepath.Join(ws, "toobig")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a put over --max-file-bytes left the target: %v", err)
 	}
