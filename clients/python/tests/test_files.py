@@ -46,5 +46,36 @@ class FilesTest(RelaydTest):
         self.assertEqual(d.stop(), 0)
 
 
+class Zeros:
+    """A binary file object of n zero bytes that counts what was read."""
+
+    def __init__(self, n: int) -> None:
+        self.left = n
+        self.read_bytes = 0
+
+    def read(self, size: int = -1) -> bytes:
+        k = min(size, self.left)
+        self.left -= k
+        self.read_bytes += k
+        return bytes(k)
+
+
+class RefusedUploadTest(RelaydTest):
+    def test_refused_upload_stops_sending(self) -> None:
+        d = self.relayd("--max-file-bytes", "1MiB")
+        with Client(d.addr, d.token) as c:
+            src = Zeros(1 << 30)
+            with self.assertRaisesRegex(BadRequestError, "--max-file-bytes"):
+                c.upload_file("big", src)  # type: ignore[arg-type]
+            self.assertLess(src.read_bytes, 64 << 20)
+            src = Zeros(1 << 30)
+            with self.assertRaises(NotFoundError):
+                c.upload_file("no/such/dir/big", src)  # type: ignore[arg-type]
+            self.assertLess(src.read_bytes, 64 << 20)
+            self.assertEqual(c.upload_file("small", b"ok").bytes, 2)
+            self.assertEqual(os.listdir(d.workspace), ["small"])
+        self.assertEqual(d.stop(), 0)
+
+
 if __name__ == "__main__":
     unittest.main()

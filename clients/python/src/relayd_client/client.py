@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hmac
 import io
+import select
 import selectors
 import socket
 import threading
@@ -187,6 +188,9 @@ class Client:
                 line: Optional[bytes] = None
                 for m in _files.put_messages(path, data, mode=mode, user=user, parents=parents, tally=tally):
                     if line is not None:
+                        if self._answered():
+                            line = b""  # refused already: relayd drops what would follow; read why
+                            break
                         self._send(line)
                     line = _wire.encode({"token": self._token, **m, "id": id})
                 assert line is not None
@@ -310,6 +314,11 @@ class Client:
                 raise
             if r is not None:
                 return r
+
+    def _answered(self) -> bool:
+        """Whether relayd has written something to read (a put's refusal)."""
+        sock = self._sock
+        return bool(self._buf) or (sock is not None and bool(select.select([sock], [], [], 0)[0]))
 
     def _send(self, line: bytes) -> None:
         sock = self._sock
