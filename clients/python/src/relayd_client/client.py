@@ -224,7 +224,9 @@ class Client:
                          timeout: Optional[float] = None) -> FileInfo:
         """Write the file at ``path`` on relayd's side to the binary file
         object ``out`` as its chunks arrive, and check relayd's sha256 of
-        it; on an error part of the file may have been written."""
+        it; on an error part of the file may have been written.
+        ``timeout`` (seconds) bounds the whole transfer; by default there
+        is none (TCP keepalive notices a relayd that vanished)."""
         msg: Dict[str, Any] = {"kind": "get", "path": path}
         if user is not None:
             msg["user"] = user
@@ -233,7 +235,7 @@ class Client:
             self._next_id += 1
             call = _files.ContentCall(id, out)
             try:
-                r = self._exchange(_wire.encode({"token": self._token, **msg, "id": id}), call, self._wait(timeout))
+                r = self._exchange(_wire.encode({"token": self._token, **msg, "id": id}), call, timeout)
             except ProtocolError:
                 _wire.warn_ignored(call, "get")
                 raise
