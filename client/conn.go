@@ -11,6 +11,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/relayd/relayd/internal/protocol"
@@ -28,6 +29,7 @@ const (
 	kindStarted  = "started" // extension (4.5)
 	kindStdin    = "stdin"   // extension (4.6)
 	kindAttach   = "attach"  // extension (4.5)
+	kindContent  = "content" // extension (4.6, files.go)
 )
 
 // Defaults of a zero Dialer.
@@ -159,6 +161,10 @@ type call struct {
 	reply   chan reply // a reply another call's reader read; buffered 1
 	output  func(Output)
 	started func(string)
+	content func(line []byte) (more bool) // a get's chunk (files.go); false: the last, decoded as the reply
+	// delivered: a reply was put on reply (read by another reader), even
+	// if taken since; a put's watcher stops reading then (files.go).
+	delivered atomic.Bool
 	// Set by the call's own reader, which decodes its reply in place
 	// (before giving up the turn, while the line is still valid).
 	decoded bool
@@ -367,6 +373,7 @@ func (c *Conn) dispatch(kind string, id []byte, line []byte, self *call) {
 				cl.started(s.Execution)
 			}
 		}
+	case kind == kindContent && cl != nil && cl.content != nil && cl.content(line):
 	case cl != nil && cl == self:
 		self.result, self.decoded = self.take(reply{kind, line}), true
 	case cl != nil:
@@ -379,6 +386,7 @@ func (c *Conn) dispatch(kind string, id []byte, line []byte, self *call) {
 }
 
 func deliver(cl *call, kind string, line []byte) {
+	defer cl.delivered.Store(true)
 	select {
 	case cl.reply <- reply{kind, append([]byte(nil), line...)}:
 	default: // it has its reply already
@@ -583,7 +591,11 @@ func (c *Conn) roundTrip(ctx context.Context, msg any, cl *call, wait time.Durat
 		stop := context.AfterFunc(ctx, func() { c.fail(errCancelled) })
 		defer stop()
 	}
-	if err := c.write(msg); err != nil {
+	send := c.write
+	if s, ok := msg.(sender); ok {
+		send = func(any) error { return s(id) } // a put writes its chunks itself (files.go)
+	}
+	if err := send(msg); err != nil {
 		return callErr(ctx, err)
 	}
 	var deadline time.Time

@@ -14,6 +14,10 @@
 // leaves the execution running for a while and another Conn can take it
 // over with Attach (ErrNotFound when relayd holds no such execution).
 //
+// Files (protocol section 4.6): PutFile stores a stream atomically on
+// relayd's side and GetFile streams a file from it, each checking relayd's
+// sha256 of the whole file.
+//
 // The protocol runs one execution at a time on a connection: a second
 // Execute on a Conn whose execution is still running returns ErrBusy without
 // asking relayd. A Pool keeps several connections to run several at once.

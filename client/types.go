@@ -213,7 +213,7 @@ type Ready struct {
 	Scope       string   `json:"scope"`              // the scope mechanism, e.g. "cgroup"
 	Detached    []string `json:"detached,omitempty"` // dial-out: detached executions (extension)
 	// Extensions lists what relayd serves beyond the base protocol, e.g.
-	// "stream", "detach", "ignored", "trial" (protocol 4.6); nil from an older relayd.
+	// "stream", "detach", "ignored", "trial", "files" (protocol 4.6); nil from an older relayd.
 	Extensions []string `json:"extensions,omitempty"`
 	Ignored    []string `json:"ignored,omitempty"` // fields of the request relayd did not know (protocol 4.6)
 }

@@ -52,6 +52,9 @@ const usage = `relayctl talks to relayd (docs/protocol.md).
   relayctl accept --listen ADDR [flags] [-- COMMAND ARGS...]
                                              wait for a relayd that dials out (relayd --connect),
                                              run COMMAND if given, then verify
+  relayctl put [flags] LOCAL REMOTE          store LOCAL (- for stdin) at REMOTE, atomically
+                                             (--mode 0755, --user, --parents)
+  relayctl get [flags] REMOTE LOCAL          copy REMOTE to LOCAL (- for stdout); --user
   relayctl --version                         print relayctl's version
 
 relayd is reached at --addr HOST:PORT, or with --over 'docker exec -i C
@@ -84,6 +87,9 @@ type options struct {
 	settle          bool          // verify: "survivors":"settle"
 	keep            []int         // verify: "keep"
 	session         bool          // verify: without "all" (protocol 4.3)
+	mode            string        // put: permission bits, octal
+	user            string        // put, get: with this user's rights
+	parents         bool          // put: make missing directories
 }
 
 func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -100,7 +106,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	}
 	verb := args[0]
 	switch verb {
-	case "exec", "ready", "verify", "accept", "attach", "survivors":
+	case "exec", "ready", "verify", "accept", "attach", "survivors", "put", "get":
 	default:
 		fmt.Fprintf(stderr, "relayctl: unknown command %q\n\n%s", verb, usage)
 		return exitFailed
@@ -138,6 +144,13 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		fs.IntSliceVar(&o.keep, "keep", nil, "with --settle-survivors: leave this pid and its descendants alone, e.g. a service the verifier needs (repeatable)")
 		fs.BoolVar(&o.session, "session", false, "verify this connection's session only (protocol 4.3); a dial-out relayd's session ends")
 	}
+	if verb == "put" || verb == "get" {
+		fs.StringVar(&o.user, "user", "", "read or write the file with this user's rights (name or uid[:group]); a new file is its")
+	}
+	if verb == "put" {
+		fs.StringVar(&o.mode, "mode", "", "the file's permission bits, octal (default 0644)")
+		fs.BoolVar(&o.parents, "parents", false, "make the missing parent directories of REMOTE")
+	}
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
@@ -173,6 +186,9 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 
 // check validates the flags against the verb.
 func check(verb string, o options, command []string) error {
+	if verb == "put" || verb == "get" {
+		return checkFiles(verb, o, command)
+	}
 	switch {
 	case verb == "exec" && len(command) == 0:
 		return errors.New("no command: relayctl exec [flags] -- COMMAND ARGS...")
@@ -271,6 +287,10 @@ func dispatch(ctx context.Context, verb string, o options, token string, command
 		return execute(ctx, c, o, command, out)
 	case "attach":
 		return attach(ctx, c, o, command[0], out)
+	case "put":
+		return putFile(ctx, c, o, command[0], command[1], out)
+	case "get":
+		return getFile(ctx, c, o, command[0], command[1], out)
 	}
 	// accept: the command if one was given, then verify, which ends a
 	// dial-out relayd's session (it exits 0 when every settlement held).

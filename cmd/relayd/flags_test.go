@@ -53,6 +53,7 @@ var section9 = map[string]string{
 	"log-format":       "json",
 
 	"max-artifact-bytes": "64MiB",
+	"max-file-bytes":     "1GiB",
 	"artifacts-layout":   "relayd",
 	"drop-capabilities":  "",
 	"require-netns":      "",
@@ -80,6 +81,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 		stateDir:        "/run/relayd",
 		socket:          "/run/relayd/relayd.sock",
 		artifactLimit:   64 << 20,
+		maxFileBytes:    1 << 30,
 		artifactsLayout: "relayd",
 		scope:           "auto",
 		logFormat:       "json",
@@ -149,6 +151,7 @@ var twinCases = map[string]twinCase{
 	"log-level":        {"debug", func(o options) bool { return o.logLevel == "debug" }, ""},
 
 	"max-artifact-bytes": {"100kB", func(o options) bool { return o.artifactLimit == 100000 }, "64M"},
+	"max-file-bytes":     {"2GiB", func(o options) bool { return o.maxFileBytes == 2<<30 }, "big"},
 	"artifacts-layout":   {"maka", func(o options) bool { return o.artifactsLayout == "maka" }, ""},
 	"drop-capabilities":  {"net_raw,CAP_NET_ADMIN", func(o options) bool { return slices.Equal(o.dropCaps, capList{12, 13}) }, "NET_ROW"},
 	"require-netns":      {"net:[4026531840]", func(o options) bool { return o.requireNetns == "net:[4026531840]" }, ""},
@@ -254,7 +257,7 @@ func TestFlagWinsOverTwin(t *testing.T) {
 		"token-file": "/flag/token", "workspace": "/flag/ws", "instruction-file": "/flag/task",
 		"term-grace": "1s", "teardown-timeout": "30s", "write-timeout": "7s",
 		"auth-timeout": "9s", "peer-timeout": "2m", "max-connections": "7", "subject-user": "nobody",
-		"max-line-bytes": "4096", "max-stdout-bytes": "12345", "max-stderr-bytes": "54321", "max-stdin-buffer": "65536", "artifacts-dir": "/flag/art", "state-dir": "/flag/state", "max-artifact-bytes": "1GiB",
+		"max-line-bytes": "4096", "max-stdout-bytes": "12345", "max-stderr-bytes": "54321", "max-stdin-buffer": "65536", "artifacts-dir": "/flag/art", "state-dir": "/flag/state", "max-artifact-bytes": "1GiB", "max-file-bytes": "5MiB",
 		"scope": "cgroup", "cgroup-root": "/flag/cg", "destroy-command": "true",
 		"log-format": "json", "log-level": "warn",
 		"artifacts-layout": "relayd", "drop-capabilities": "SYS_ADMIN", "require-netns": "/run/netns/egress",
@@ -487,6 +490,7 @@ func TestValidate(t *testing.T) {
 		{"no stdin buffer", func(o *options) { o.maxStdinBuffer = 0 }, []string{"--max-stdin-buffer"}},
 		{"stdin buffer past 1GiB", func(o *options) { o.maxStdinBuffer = 2 << 30 }, []string{"--max-stdin-buffer", "1GiB"}},
 		{"no artifact", func(o *options) { o.artifactLimit = 0 }, []string{"--max-artifact-bytes"}},
+		{"no file", func(o *options) { o.maxFileBytes = 0 }, []string{"--max-file-bytes"}},
 		{"one-byte artifacts", func(o *options) { o.artifactLimit = 1 }, nil},
 		{"scope process-group", func(o *options) { o.scope = "process-group" }, nil},
 		{"scope cgroup", func(o *options) { o.scope = "cgroup" }, nil}, // refused later if the host has none: TestRunRefusesUnusableCgroup

@@ -202,6 +202,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		MaxStderrBytes:  int(o.maxStderrBytes),
 		ArtifactsDir:    o.artifactsDir,
 		ArtifactLimit:   int64(o.artifactLimit),
+		MaxFileBytes:    int64(o.maxFileBytes),
 		SubjectUser:     subjectUser,
 		MaxStdinBuffer:  int(o.maxStdinBuffer),
 		BaseEnv:         env.Base(os.Environ()),

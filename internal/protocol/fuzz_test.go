@@ -135,6 +135,13 @@ func referenceIgnored(line []byte, kind string) []string {
 		for _, n := range []string{"execution", "data", "encoding", "eof"} {
 			known[n] = true
 		}
+	case "verify":
+		known["all"], known["survivors"], known["keep"] = true, true, true
+	case "get", "put":
+		known["path"], known["user"] = true, true
+		if kind == "put" {
+			known["data"], known["more"], known["mode"], known["parents"] = true, true, true, true
+		}
 	}
 	d := json.NewDecoder(bytes.NewReader(line))
 	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
@@ -200,6 +207,8 @@ func FuzzDecode(f *testing.F) {
 		`{"token":"T","kind":"attach","id":9,"execution":"x-1"}`,
 		`{"kind":"attach","\u0065xecution":"x-\u0031","execution":7}`,
 		`{"token":"T","kind":"execute","command":"x","timeoutMS":500,"Kind":1,"timeoutMS":2,"execution":"x-1"}`,
+		`{"token":"T","kind":"put","id":5,"path":"/tests/run.sh","data":"AAE\/","more":true,"mode":"0755","user":"agent","parents":true}`,
+		`{"kind":"get","path":"a","user":"0:0","data":"x","command":"y"}`,
 		`{"kind":"verify","command":"x","\u00e9":1,"\u00c3\u00a9":2,"\ud800":3,"\udfff":4,"a\"b":5}`,
 		`{"kind":"execute","command":"x","input":"AA==","inputEncoding":"base64","stdin":true,"user":"agent:staff"}`,
 		`{"kind":"stdin","execution":"x-1","data":"aGk=","encoding":"base64","eof":true,"\u0064ata":"x"}`,
@@ -220,6 +229,19 @@ func FuzzDecode(f *testing.F) {
 			rx, rxe := rm.Execute()
 			if !reflect.DeepEqual(x, rx) || !reflect.DeepEqual(xe, rxe) {
 				t.Fatalf("Execute: got %+v, %v; from the reference decoder %+v, %v", x, xe, rx, rxe)
+			}
+			p, pe := m.Put(nil, false)
+			rp, rpe := rm.Put(nil, false)
+			if !reflect.DeepEqual(p, rp) || !reflect.DeepEqual(pe, rpe) {
+				t.Fatalf("Put: got %+v, %v; from the reference decoder %+v, %v", p, pe, rp, rpe)
+			}
+			if pe != nil && (pe.Category != CatBadRequest || !strings.HasPrefix(pe.Message, "put: ")) {
+				t.Fatalf("Put: got %q, %q; want %q, \"put: ...\"", pe.Category, pe.Message, CatBadRequest)
+			}
+			g, ge := m.Get()
+			rg, rge := rm.Get()
+			if !reflect.DeepEqual(g, rg) || !reflect.DeepEqual(ge, rge) {
+				t.Fatalf("Get: got %+v, %v; from the reference decoder %+v, %v", g, ge, rg, rge)
 			}
 			a, ae := m.Attach()
 			ra, rae := rm.Attach()

@@ -16,7 +16,7 @@ const (
 // "ignored" for the ignored list itself, so that a client can tell a reply
 // without it from an older relayd's, and "trial" for verify's trial
 // boundary (section 4.6).
-var Extensions = []string{"captureStderr", "stream", "onExit", "detach", "ignored", "trial", "stdin", "user"}
+var Extensions = []string{"captureStderr", "stream", "onExit", "detach", "ignored", "trial", "stdin", "user", "files"}
 
 // reads reports whether a message of kind k reads fieldNames[i]: every
 // kind reads kind, token and id; execute and attach read their own. A
@@ -33,6 +33,8 @@ func reads(k string, i int) bool {
 		return i >= stdinFrom && i < stdinTo
 	case k == "verify":
 		return i >= verifyFrom && i < verifyTo
+	case k == "put", k == "get":
+		return readsFile(k, i)
 	}
 	return false
 }

@@ -52,6 +52,7 @@ var fieldNames = [...]string{"kind", "token", "id",
 	"execution",               // attach's and stdin's
 	"data", "encoding", "eof", // stdin's (section 4.6)
 	"all", "survivors", "keep", // verify's trial boundary (section 4.6)
+	"path", "more", "mode", "parents", // put's and get's besides user and data (files.go, section 4.6)
 }
 
 // The ranges of fieldNames that each kind reads besides the first

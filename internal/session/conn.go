@@ -48,7 +48,8 @@ type conn struct {
 	// queue holds less than --max-stdin-buffer: until then the loop does not
 	// read this connection (section 4.6).
 	paused    <-chan struct{}
-	lastStdin string // the last execution with stdin that ended here: late stdin messages for it are dropped
+	lastStdin string    // the last execution with stdin that ended here: late stdin messages for it are dropped
+	files     fileState // the put in progress (files.go): execute is busy meanwhile
 }
 
 // serveConn runs one session to its end and reports whether it ended after
@@ -64,6 +65,7 @@ func (s *Server) serveConn(c net.Conn, dialOut bool) (verified, heard bool) {
 	began := time.Now()
 	reason := cn.loop()
 	c.Close()
+	cn.abandonTransfer()
 	for _, sc := range cn.kept {
 		// Survivors are left alone, and stay the daemon's for a trial
 		// boundary (trial.go); an empty scope is let go.
@@ -280,6 +282,10 @@ func (cn *conn) handle(line []byte) string {
 		cn.attach(msg, ignored)
 	case "stdin":
 		cn.stdin(msg, ignored)
+	case "put":
+		cn.put(msg, ignored)
+	case "get":
+		cn.get(msg, ignored)
 	case "":
 		cn.refuse(msg.ID, ignored, protocol.CatUnknownKind, `message has no "kind": expected "ready", "execute", "verify", "attach" or "stdin"`)
 	default:
@@ -306,6 +312,10 @@ func (cn *conn) execute(msg *protocol.Message, ignored []string) {
 	if cn.cur != nil {
 		cn.refuse(msg.ID, ignored, protocol.CatBusy,
 			fmt.Sprintf("execution %s is still running on this connection; wait for its executed reply (or send verify to end it)", cn.cur.id))
+		return
+	}
+	if cn.files.xfer != nil {
+		cn.refuse(msg.ID, ignored, protocol.CatBusy, "a put is open on this connection; send its last chunk (no \"more\") first")
 		return
 	}
 	user, detail := cn.srv.account(req)

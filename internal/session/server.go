@@ -52,6 +52,7 @@ type Config struct {
 	ArtifactLimit   int64                                 // bytes per stream and execution (--max-artifact-bytes); 0: DefaultArtifactLimit
 	SubjectUser     *env.User                             // subjects run as this user unless a request names one; nil: as relayd
 	MaxStdinBuffer  int                                   // unread input held per execution (--max-stdin-buffer); 0: DefaultMaxStdinBuffer
+	MaxFileBytes    int64                                 // largest file a put or get moves (--max-file-bytes, 4.6); 0: DefaultMaxFileBytes
 	BaseEnv         []string                              // relayd's environment less RELAYD_*
 	Shims           *exec.Shims                           // start every subject (exec.Start)
 	NewScope        func(name string) (exec.Scope, error) // name: the execution id

@@ -16,6 +16,7 @@ time ReplyTimeoutError; all are RelaydError.
 """
 
 from .aio import AsyncClient, AsyncListener
+from ._files import FileInfo
 from .carrier import MAX_PAYLOAD, result_frame, write_result
 from .client import Client, Listener, serve
 from .errors import (
@@ -55,6 +56,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncClient", "AsyncListener", "Client", "Listener", "serve",
     "write_result", "result_frame", "MAX_PAYLOAD",
+    "FileInfo",
     "Ready", "Executed", "Verified", "Survivor", "Diagnostic", "Output",
     "EXITED", "FRAMEWORK_TIMEOUT", "NONE", "SETTLED", "DESTROYED", "FAILED",
     "RelaydError", "ProtocolError", "BadJSONError", "LineTooLongError", "UnauthenticatedError",

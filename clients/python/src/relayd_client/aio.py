@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import io
 from types import TracebackType
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Type, Union
+from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Type, Union
 
-from . import _wire
+from . import _files, _wire
+from ._files import FileInfo
 from ._wire import Address, OnOutput, OnStarted
 from .errors import ConnectionLostError, ProtocolError, RelaydError, ReplyTimeoutError, UnexpectedReplyError
 from .results import Executed, Ready, Verified
@@ -159,6 +161,87 @@ class AsyncClient:
         r = await self._call(dict(message), _wire.WANT.get(kind, kind), timeout, raw=True)
         assert isinstance(r, dict)
         return r
+
+    _upload_lock: Optional[asyncio.Lock] = None  # one put at a time: relayd has one transfer per connection
+
+    async def upload_file(self, path: str, data: _files.Source, *, mode: Optional[int] = None, user: Optional[str] = None,
+                          parents: bool = False, timeout: Optional[float] = None) -> FileInfo:
+        """As Client.upload_file. Uploads on one AsyncClient wait for each
+        other; cancelling one closes the connection (relayd drops its
+        temporary file)."""
+        if self._upload_lock is None:
+            self._upload_lock = asyncio.Lock()
+        async with self._upload_lock:
+            return await self._upload(path, data, mode, user, parents, timeout)
+
+    async def _upload(self, path: str, data: _files.Source, mode: Optional[int], user: Optional[str],
+                      parents: bool, timeout: Optional[float]) -> FileInfo:
+        writer = self._writer
+        if self._lost is not None or writer is None:
+            raise ConnectionLostError("this relayd connection is closed")
+        tally = _files.Tally()
+        id = self._next_id
+        self._next_id += 1
+        call = _wire.Call(id, "stored")
+        # Registered before the first chunk goes out, so that a refusal
+        # (the only reply before the last chunk) stops the sending.
+        early: "asyncio.Future[_wire.Reply]" = asyncio.get_running_loop().create_future()
+        self._pending[id] = (call, early, True)
+        line: Optional[bytes] = None
+        try:
+            for m in _files.put_messages(path, data, mode=mode, user=user, parents=parents, tally=tally):
+                if line is not None:
+                    if early.done():
+                        break
+                    writer.write(line)
+                    await writer.drain()
+                    await asyncio.sleep(0)  # drain need not yield: let the reader see a refusal
+                line = _wire.encode({"token": self._token, **m, "id": id})
+        except OSError:
+            pass  # relayd may have answered and closed first: the reader reports what it said
+        except BaseException:
+            await self.close()  # a transfer cut short
+            raise
+        finally:
+            self._pending.pop(id, None)
+        try:
+            if early.done():
+                exc = early.exception()
+                assert exc is not None  # only a refusal comes before the last chunk
+                raise exc
+            assert line is not None
+            r = await self._exchange(line, call, self.reply_timeout if timeout is None else timeout, raw=True)
+        except ProtocolError:
+            _wire.warn_ignored(call, "put")
+            raise
+        _wire.warn_ignored(call, "put")
+        assert isinstance(r, dict)
+        return _files.stored(r, tally.n, tally.digest.hexdigest())
+
+    async def download_file(self, path: str, *, user: Optional[str] = None, timeout: Optional[float] = None) -> bytes:
+        """As Client.download_file."""
+        buf = io.BytesIO()
+        await self.download_file_to(path, buf, user=user, timeout=timeout)
+        return buf.getvalue()
+
+    async def download_file_to(self, path: str, out: IO[bytes], *, user: Optional[str] = None,
+                               timeout: Optional[float] = None) -> FileInfo:
+        """As Client.download_file_to: ``out`` is written by the reader as
+        the chunks arrive."""
+        msg: Dict[str, Any] = {"kind": "get", "path": path}
+        if user is not None:
+            msg["user"] = user
+        id = self._next_id
+        self._next_id += 1
+        call = _files.ContentCall(id, out)
+        try:
+            r = await self._exchange(_wire.encode({"token": self._token, **msg, "id": id}), call, timeout)
+        except ProtocolError:
+            _wire.warn_ignored(call, "get")
+            raise
+        _wire.warn_ignored(call, "get")
+        assert isinstance(r, dict)
+        return call.info(r)
 
     # -- machinery --
 

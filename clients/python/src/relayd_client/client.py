@@ -8,17 +8,20 @@ execution per connection, as the protocol has it)."""
 from __future__ import annotations
 
 import hmac
+import io
+import select
 import selectors
 import socket
 import subprocess
 import threading
 import time
 from types import TracebackType
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
-from . import _wire
+from . import _files, _wire
+from ._files import FileInfo
 from ._wire import Address, OnOutput, OnStarted
-from .errors import ConnectionLostError, ProtocolError, ReplyTimeoutError, UnexpectedReplyError
+from .errors import ConnectionLostError, ProtocolError, RelaydError, ReplyTimeoutError, UnexpectedReplyError
 from .results import Executed, Ready, Verified
 
 __all__ = ["Client", "Listener", "serve"]
@@ -230,6 +233,83 @@ class Client:
         assert isinstance(r, dict)
         return r
 
+    def upload_file(self, path: str, data: _files.Source, *, mode: Optional[int] = None, user: Optional[str] = None,
+                    parents: bool = False, timeout: Optional[float] = None) -> FileInfo:
+        """Store ``data`` (bytes, or a binary file object read in chunks) at
+        ``path`` on relayd's side (relative to its workspace), atomically:
+        a reader there sees the old file or the whole new one (protocol
+        4.6). ``mode`` (e.g. 0o755; default 0o644), ``user`` (write with that
+        user's rights; the new file is its), ``parents`` (make missing
+        directories). relayd's sha256 is checked against the bytes sent.
+        NotFoundError for a missing parent, BadRequestError for a
+        directory, a bad mode, a file over --max-file-bytes."""
+        tally = _files.Tally()
+        with self._lock:
+            id = self._next_id
+            self._next_id += 1
+            call = _wire.Call(id, "stored")
+            try:
+                line: Optional[bytes] = None
+                for m in _files.put_messages(path, data, mode=mode, user=user, parents=parents, tally=tally):
+                    if line is not None:
+                        if self._answered():
+                            line = b""  # refused already: relayd drops what would follow; read why
+                            break
+                        self._send(line)
+                    line = _wire.encode({"token": self._token, **m, "id": id})
+                assert line is not None
+                r = self._exchange(line, call, self._wait(timeout), raw=True)
+            except ProtocolError:
+                _wire.warn_ignored(call, "put")
+                raise
+            except RelaydError:
+                self.close()
+                raise
+            except OSError as e:
+                self.close()
+                raise ConnectionLostError(f"relayd connection lost while sending a file: {e}") from e
+            except BaseException:
+                self.close()  # a transfer cut short: relayd drops its temporary file
+                raise
+        _wire.warn_ignored(call, "put")
+        assert isinstance(r, dict)
+        return _files.stored(r, tally.n, tally.digest.hexdigest())
+
+    def download_file(self, path: str, *, user: Optional[str] = None, timeout: Optional[float] = None) -> bytes:
+        """The bytes of the file at ``path`` on relayd's side (relative to
+        its workspace), checked against relayd's sha256 (protocol 4.6).
+        ``user`` reads it with that user's rights. For a large file, use
+        download_file_to, which holds one chunk at a time."""
+        buf = io.BytesIO()
+        self.download_file_to(path, buf, user=user, timeout=timeout)
+        return buf.getvalue()
+
+    def download_file_to(self, path: str, out: IO[bytes], *, user: Optional[str] = None,
+                         timeout: Optional[float] = None) -> FileInfo:
+        """Write the file at ``path`` on relayd's side to the binary file
+        object ``out`` as its chunks arrive, and check relayd's sha256 of
+        it; on an error part of the file may have been written.
+        ``timeout`` (seconds) bounds the whole transfer; by default there
+        is none (TCP keepalive notices a relayd that vanished)."""
+        msg: Dict[str, Any] = {"kind": "get", "path": path}
+        if user is not None:
+            msg["user"] = user
+        with self._lock:
+            id = self._next_id
+            self._next_id += 1
+            call = _files.ContentCall(id, out)
+            try:
+                r = self._exchange(_wire.encode({"token": self._token, **msg, "id": id}), call, timeout)
+            except ProtocolError:
+                _wire.warn_ignored(call, "get")
+                raise
+            except BaseException:
+                self.close()
+                raise
+        _wire.warn_ignored(call, "get")
+        assert isinstance(r, dict)
+        return call.info(r)
+
     # -- machinery --
 
     def _wait(self, timeout: Optional[float]) -> float:
@@ -300,6 +380,11 @@ class Client:
                 raise
             if r is not None:
                 return r
+
+    def _answered(self) -> bool:
+        """Whether relayd has written something to read (a put's refusal)."""
+        sock = self._sock
+        return bool(self._buf) or (sock is not None and bool(select.select([sock], [], [], 0)[0]))
 
     def _send(self, line: bytes) -> None:
         sock = self._sock

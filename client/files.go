@@ -1,0 +1,206 @@
+package client
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"time"
+)
+
+// File transfers (extension, protocol section 4.6, "Files").
+
+const (
+	kindPut    = "put"
+	kindStored = "stored"
+	kindGet    = "get"
+
+	// putChunk is the raw size of one put chunk: its line (base64, 4/3)
+	// stays well within relayd's default --max-line-bytes (1 MiB).
+	putChunk = 256 << 10
+)
+
+// PutOptions are the optional fields of a put.
+type PutOptions struct {
+	Mode    uint32 // permission bits, e.g. 0o755; 0: relayd's default (0644)
+	User    string // write with this user's rights, and the new file is its (relayd must be root)
+	Parents bool   // make missing parent directories
+	// ChunkBytes is the raw size of each chunk; 0: 256 KiB. Lower it for a
+	// relayd whose --max-line-bytes is below about 400 KiB.
+	ChunkBytes int
+}
+
+// Transferred is what relayd reports of a stored or fetched file.
+type Transferred struct {
+	Path   string `json:"path"` // absolute, as relayd resolved it (PutFile only)
+	Bytes  int64  `json:"bytes"`
+	Sha256 string `json:"sha256"` // lower-case hex of the whole file
+}
+
+// sender is a request that writes its own lines, given its id (a put's chunks).
+type sender func(id int64) error
+
+// PutFile stores what r yields at path on relayd's side (relative paths
+// are taken from relayd's workspace), atomically: a reader there sees the
+// old file or the whole new one. It streams r in chunks, holding one at a
+// time, and checks relayd's sha256 of the file against its own. An error
+// from relayd is an *Error (ErrNotFound for a missing parent without
+// Parents, ErrBadRequest for a directory, a bad mode, a file over
+// --max-file-bytes).
+//
+// PutFile counts as the connection's one execution while it runs (relayd
+// answers an execute with busy during a transfer).
+func (c *Conn) PutFile(ctx context.Context, path string, r io.Reader, opts PutOptions) (Transferred, error) {
+	var t Transferred
+	if err := c.beginExecution(); err != nil {
+		return t, err
+	}
+	defer c.endExecution()
+	size := opts.ChunkBytes
+	if size <= 0 {
+		size = putChunk
+	}
+	buf := make([]byte, size)
+	sum := sha256.New()
+	var n int64
+	cl := &call{want: kindStored, into: &t}
+	sent := make(chan struct{}) // closed when the sender is done
+	watched := make(chan struct{})
+	send := sender(func(id int64) error {
+		defer close(sent)
+		go c.watchPut(cl, sent, watched)
+		first := true
+		for {
+			if cl.delivered.Load() {
+				return nil // relayd refused the transfer already: it drops what would follow
+			}
+			k, rerr := io.ReadFull(r, buf)
+			if rerr != nil && rerr != io.EOF && rerr != io.ErrUnexpectedEOF {
+				// Nothing more can be sent; dropping the connection abandons the transfer.
+				c.fail(fmt.Errorf("%w: reading the file to put: %v", ErrClosed, rerr))
+				return fmt.Errorf("client: PutFile %s: reading: %w", path, rerr)
+			}
+			more := rerr == nil
+			sum.Write(buf[:k])
+			n += int64(k)
+			m := putWire{Token: c.token, Kind: kindPut, ID: id, Data: buf[:k], More: more}
+			if first {
+				m.Path, m.User, m.Parents = path, opts.User, opts.Parents
+				if opts.Mode != 0 {
+					m.Mode = "0" + strconv.FormatUint(uint64(opts.Mode), 8)
+				}
+				first = false
+			}
+			if err := c.write(&m); err != nil {
+				return err
+			}
+			if !more {
+				return nil
+			}
+		}
+	})
+	err := c.roundTrip(ctx, send, cl, c.cfg.bound(time.Duration(math.MaxInt64)))
+	select {
+	case <-sent:
+		<-watched
+	default: // the sender never ran: nothing was started
+	}
+	if err != nil {
+		return t, err
+	}
+	if want := hex.EncodeToString(sum.Sum(nil)); t.Sha256 != want || t.Bytes != n {
+		return t, fmt.Errorf("%w: put %s: relayd stored %d bytes with sha256 %s; sent %d with %s", ErrBadReply, path, t.Bytes, t.Sha256, n, want)
+	}
+	return t, nil
+}
+
+// watchPut reads the connection while a put's chunks go out, so that a
+// refusal (the transfer's only reply before its last chunk) stops the
+// sending at once rather than after the whole file. It takes the reading
+// turn as await would, and gives it back once cl's reply has come (await
+// then takes it from cl.reply), the connection failed, or, still waiting
+// for the turn, the sender is done.
+func (c *Conn) watchPut(cl *call, sent <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	select {
+	case c.readTurn <- struct{}{}:
+	case <-sent:
+		return
+	case <-c.dead:
+		return
+	}
+	defer func() { <-c.readTurn }()
+	for !cl.delivered.Load() {
+		if c.readOne(time.Time{}, nil) != nil {
+			return
+		}
+	}
+}
+
+// putWire is a put line; field order as in the protocol.
+type putWire struct {
+	Token   string `json:"token"`
+	Kind    string `json:"kind"`
+	ID      int64  `json:"id"`
+	Path    string `json:"path,omitempty"`
+	Data    []byte `json:"data"`
+	More    bool   `json:"more,omitempty"`
+	Mode    string `json:"mode,omitempty"`
+	User    string `json:"user,omitempty"`
+	Parents bool   `json:"parents,omitempty"`
+}
+
+// contentWire is a content chunk.
+type contentWire struct {
+	Data   []byte `json:"data"`
+	More   bool   `json:"more"`
+	Bytes  int64  `json:"bytes"`
+	Sha256 string `json:"sha256"`
+}
+
+// GetFile copies the file at path on relayd's side (relative paths are
+// taken from its workspace) to w as its chunks arrive, and checks the
+// sha256 relayd reports against the bytes received. user, when not "",
+// reads it with that user's rights. On an error part of the file may have
+// been written to w.
+func (c *Conn) GetFile(ctx context.Context, path, user string, w io.Writer) (Transferred, error) {
+	var t Transferred
+	sum := sha256.New()
+	var n int64
+	var werr error
+	var last contentWire
+	content := func(line []byte) bool {
+		var ch contentWire
+		if err := json.Unmarshal(line, &ch); err != nil {
+			return false // decoded again as the reply, which then fails
+		}
+		if werr == nil {
+			if _, err := w.Write(ch.Data); err != nil {
+				werr = err
+			}
+		}
+		sum.Write(ch.Data)
+		n += int64(len(ch.Data))
+		return ch.More
+	}
+	msg := map[string]any{"kind": kindGet, "path": path}
+	if user != "" {
+		msg["user"] = user
+	}
+	err := c.roundTrip(ctx, msg, &call{want: kindContent, into: &last, content: content}, c.cfg.bound(time.Duration(math.MaxInt64)))
+	if err != nil {
+		return t, err
+	}
+	t = Transferred{Bytes: last.Bytes, Sha256: last.Sha256}
+	if werr != nil {
+		return t, fmt.Errorf("client: GetFile %s: writing: %w", path, werr)
+	}
+	if want := hex.EncodeToString(sum.Sum(nil)); t.Sha256 != want || t.Bytes != n {
+		return t, fmt.Errorf("%w: get %s: relayd reported %d bytes with sha256 %s; received %d with %s", ErrBadReply, path, t.Bytes, t.Sha256, n, want)
+	}
+	return t, nil
+}

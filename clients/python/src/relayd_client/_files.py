@@ -1,0 +1,133 @@
+"""File transfers (protocol 4.6, "Files"): put and get messages, no I/O.
+
+A put is cut into chunks of CHUNK bytes (their lines stay within relayd's
+default --max-line-bytes, 1 MiB); a get's content chunks are written to the
+caller's file object as they come. Both check relayd's sha256 of the whole
+file against the bytes sent or received."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from dataclasses import dataclass
+from typing import IO, Any, Dict, Iterator, Optional, Union
+
+from ._wire import Call, Reply
+from .errors import UnexpectedReplyError
+
+__all__ = ["FileInfo"]
+
+CHUNK = 256 << 10
+
+Source = Union[bytes, bytearray, memoryview, IO[bytes]]
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """What relayd reports of a stored (upload) or fetched (download) file."""
+
+    path: str  # absolute as relayd resolved it; "" for a download
+    bytes: int
+    sha256: str  # lower-case hex of the whole file
+
+
+def chunks(data: Source, size: int = CHUNK) -> Iterator[bytes]:
+    """The chunks of data (bytes or a binary file object), at least one."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        view = memoryview(data).cast("B")
+        if len(view) == 0:
+            yield b""
+        for i in range(0, len(view), size):
+            yield bytes(view[i:i + size])
+        return
+    first = True
+    while True:
+        b = data.read(size)
+        if not b:
+            if first:
+                yield b""
+            return
+        first = False
+        yield b
+
+
+class Tally:
+    """The bytes of a transfer so far: their count and sha256."""
+
+    def __init__(self) -> None:
+        self.digest = hashlib.sha256()
+        self.n = 0
+
+    def add(self, b: bytes) -> None:
+        self.digest.update(b)
+        self.n += len(b)
+
+
+def put_messages(path: str, data: Source, *, mode: Optional[int], user: Optional[str],
+                 parents: bool, tally: Tally) -> Iterator[Dict[str, Any]]:
+    """The put messages of one transfer (without token and id), the last
+    without "more"; tally counts every byte sent."""
+    pending: Optional[bytes] = None
+    first = True
+    for b in chunks(data):
+        if pending is not None:
+            yield _put(path if first else None, pending, True, mode, user, parents)
+            first = False
+        tally.add(b)
+        pending = b
+    yield _put(path if first else None, pending or b"", False, mode, user, parents)
+
+
+def _put(path: Optional[str], b: bytes, more: bool, mode: Optional[int], user: Optional[str], parents: bool) -> Dict[str, Any]:
+    msg: Dict[str, Any] = {"kind": "put", "data": base64.b64encode(b).decode("ascii")}
+    if more:
+        msg["more"] = True
+    if path is not None:
+        msg["path"] = path
+        if mode is not None:
+            msg["mode"] = "0%o" % mode
+        if user is not None:
+            msg["user"] = user
+        if parents:
+            msg["parents"] = True
+    return msg
+
+
+def stored(msg: Dict[str, Any], sent: int, digest: str) -> FileInfo:
+    """The stored reply, checked against what was sent."""
+    info = FileInfo(str(msg.get("path", "")), int(msg.get("bytes", -1)), str(msg.get("sha256", "")))
+    if info.bytes != sent or info.sha256 != digest:
+        raise UnexpectedReplyError(
+            f"relayd stored {info.bytes} bytes with sha256 {info.sha256}; sent {sent} with {digest}")
+    return info
+
+
+class ContentCall(Call):
+    """A get: writes each content chunk to out and answers with the last."""
+
+    def __init__(self, id: int, out: IO[bytes]) -> None:
+        super().__init__(id, "content")
+        self.out = out
+        self.tally = Tally()
+
+    def take(self, msg: Dict[str, Any], raw: bool = False) -> Optional[Reply]:
+        if msg["kind"] != "content":
+            return super().take(msg, raw)
+        try:
+            b = base64.b64decode(str(msg.get("data", "")), validate=True)
+        except ValueError as e:
+            raise UnexpectedReplyError(f"relayd sent a content chunk that is not base64: {e}") from None
+        self.out.write(b)
+        self.tally.add(b)
+        if msg.get("more"):
+            return None
+        super().take(msg, True)  # its ignored list
+        return msg
+
+    def info(self, msg: Dict[str, Any]) -> FileInfo:
+        got = self.tally.digest.hexdigest()
+        info = FileInfo("", int(msg.get("bytes", -1)), str(msg.get("sha256", "")))
+        if info.bytes != self.tally.n or info.sha256 != got:
+            raise UnexpectedReplyError(
+                f"relayd reported {info.bytes} bytes with sha256 {info.sha256}; received {self.tally.n} with {got}")
+        return info

@@ -1,0 +1,107 @@
+"""Protocol 4.6 files against the real relayd: upload_file, download_file
+and download_file_to, binary-safe, with mode and parents, and the errors."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import os
+import unittest
+
+from relayd_client import AsyncClient, BadRequestError, Client, NotFoundError
+from relayd_fixture import RelaydTest
+
+# Every byte value, NULs and newlines included, over several chunks.
+DATA = bytes(range(256)) * 4099 + b"\x00tail\n"
+
+
+class FilesTest(RelaydTest):
+    def test_upload_download_round_trip(self) -> None:
+        d = self.relayd()
+        with Client(d.addr, d.token) as c:
+            info = c.upload_file("sub/dir/blob.bin", DATA, mode=0o640, parents=True)
+            target = os.path.join(d.workspace, "sub/dir/blob.bin")
+            self.assertEqual((info.path, info.bytes), (target, len(DATA)))
+            with open(target, "rb") as f:
+                self.assertEqual(f.read(), DATA)
+            self.assertEqual(os.stat(target).st_mode & 0o777, 0o640)
+            self.assertEqual(c.download_file("sub/dir/blob.bin"), DATA)
+            # From and to file objects, chunk by chunk.
+            c.upload_file(target, io.BytesIO(DATA[:1000]))
+            out = io.BytesIO()
+            got = c.download_file_to(target, out)
+            self.assertEqual((out.getvalue(), got.bytes, got.sha256), (DATA[:1000], 1000, hashlib.sha256(DATA[:1000]).hexdigest()))
+            self.assertEqual(c.download_file(target), DATA[:1000])
+            # An empty file.
+            c.upload_file("empty", b"")
+            self.assertEqual(c.download_file("empty"), b"")
+            # Errors say which, and the connection serves on.
+            with self.assertRaises(NotFoundError):
+                c.upload_file("no/such/dir/f", b"x")
+            with self.assertRaises(NotFoundError):
+                c.download_file("nothing-here")
+            with self.assertRaisesRegex(BadRequestError, "is a directory"):
+                c.download_file("sub")
+            self.assertEqual(c.execute("true").exit_code, 0)
+        self.assertEqual(d.stop(), 0)
+
+
+class Zeros:
+    """A binary file object of n zero bytes that counts what was read."""
+
+    def __init__(self, n: int) -> None:
+        self.left = n
+        self.read_bytes = 0
+
+    def read(self, size: int = -1) -> bytes:
+        k = min(size, self.left)
+        self.left -= k
+        self.read_bytes += k
+        return bytes(k)
+
+
+class RefusedUploadTest(RelaydTest):
+    def test_refused_upload_stops_sending(self) -> None:
+        d = self.relayd("--max-file-bytes", "1MiB")
+        with Client(d.addr, d.token) as c:
+            src = Zeros(1 << 30)
+            with self.assertRaisesRegex(BadRequestError, "--max-file-bytes"):
+                c.upload_file("big", src)  # type: ignore[arg-type]
+            self.assertLess(src.read_bytes, 256 << 20)  # generous: the reply races the sending
+            src = Zeros(1 << 30)
+            with self.assertRaises(NotFoundError):
+                c.upload_file("no/such/dir/big", src)  # type: ignore[arg-type]
+            self.assertLess(src.read_bytes, 256 << 20)  # generous: the reply races the sending
+            self.assertEqual(c.upload_file("small", b"ok").bytes, 2)
+            self.assertEqual(os.listdir(d.workspace), ["small"])
+        self.assertEqual(d.stop(), 0)
+
+
+class AsyncFilesTest(RelaydTest):
+    def test_async_upload_download(self) -> None:
+        d = self.relayd("--max-file-bytes", "2MiB")
+
+        async def trial() -> None:
+            async with AsyncClient(d.addr, d.token) as c:
+                info = await c.upload_file("a/b.bin", DATA, mode=0o600, parents=True)
+                self.assertEqual(info.bytes, len(DATA))
+                self.assertEqual(await c.download_file("a/b.bin"), DATA)
+                out = io.BytesIO()
+                got = await c.download_file_to("a/b.bin", out)
+                self.assertEqual((out.getvalue(), got.sha256), (DATA, hashlib.sha256(DATA).hexdigest()))
+                src = Zeros(1 << 30)
+                with self.assertRaisesRegex(BadRequestError, "--max-file-bytes"):
+                    await c.upload_file("big", src)  # type: ignore[arg-type]
+                self.assertLess(src.read_bytes, 256 << 20)  # generous: the reply races the sending
+                with self.assertRaises(NotFoundError):
+                    await c.download_file("nothing")
+                self.assertEqual((await c.upload_file("c", b"x")).bytes, 1)
+
+        asyncio.run(trial())
+        self.assertEqual(os.stat(os.path.join(d.workspace, "a/b.bin")).st_mode & 0o777, 0o600)
+        self.assertEqual(d.stop(), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

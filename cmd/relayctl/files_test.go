@@ -1,0 +1,51 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// relayctl put and get through the real relayd (protocol 4.6, "Files").
+func TestPutGet(t *testing.T) {
+	r := start(t)
+	tok := []string{"RELAYD_TOKEN=" + r.Token}
+	data := bytes.Repeat([]byte("\x00bin\xffary\n"), 100_000)
+	sum := sha256.Sum256(data)
+	local := filepath.Join(t.TempDir(), "in.bin")
+	if err := os.WriteFile(local, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := relayctl(t, tok, "put", "--addr", r.Addr, "--mode", "0700", "--parents", local, "a/b/out.bin")
+	remote := filepath.Join(r.Workspace, "a/b/out.bin")
+	if got.code != 0 || !strings.Contains(got.stdout, remote) || !strings.Contains(got.stdout, hex.EncodeToString(sum[:])) {
+		t.Fatalf("put: got %d, stdout %q, stderr %q; want 0 and the stored path and sha256", got.code, got.stdout, got.stderr)
+	}
+	if b, _ := os.ReadFile(remote); !bytes.Equal(b, data) {
+		t.Fatalf("the remote file holds %d bytes; want the %d put", len(b), len(data))
+	}
+	if fi, _ := os.Stat(remote); fi.Mode().Perm() != 0o700 {
+		t.Errorf("mode %v; want 0700", fi.Mode().Perm())
+	}
+	back := filepath.Join(t.TempDir(), "back.bin")
+	got = relayctl(t, tok, "get", "--addr", r.Addr, "a/b/out.bin", back)
+	if b, _ := os.ReadFile(back); got.code != 0 || !bytes.Equal(b, data) {
+		t.Fatalf("get: got %d (stderr %q) and %d bytes; want 0 and the %d put", got.code, got.stderr, len(b), len(data))
+	}
+	got = relayctl(t, tok, "get", "--addr", r.Addr, "a/b/out.bin", "-")
+	if got.code != 0 || got.stdout != string(data) {
+		t.Fatalf("get to stdout: got %d, %d bytes; want 0 and the file", got.code, len(got.stdout))
+	}
+	got = relayctl(t, tok, "get", "--addr", r.Addr, "no/such", filepath.Join(t.TempDir(), "x"))
+	if got.code != exitFailed || !strings.Contains(got.stderr, "not-found") {
+		t.Fatalf("get of nothing: got %d, stderr %q; want %d, not-found", got.code, got.stderr, exitFailed)
+	}
+	got = relayctl(t, tok, "put", "--addr", r.Addr, "--mode", "9", local, "x")
+	if got.code != exitFailed || !strings.Contains(got.stderr, "--mode") {
+		t.Fatalf("put --mode 9: got %d, stderr %q; want %d naming --mode", got.code, got.stderr, exitFailed)
+	}
+}

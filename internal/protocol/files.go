@@ -1,0 +1,203 @@
+package protocol
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"strings"
+)
+
+// The file transfers of section 4.6 ("Files"): put and get, their
+// validation, and the stored and content replies.
+
+// readsFile reports whether a put or get (k) reads fieldNames[i].
+func readsFile(k string, i int) bool {
+	switch fieldNames[i] {
+	case "path", "user":
+		return true
+	case "data", "more", "mode", "parents":
+		return k == "put"
+	}
+	return false
+}
+
+// DefaultFileMode is the mode of a file put without "mode".
+const DefaultFileMode = 0o644
+
+// Put is one validated put message: the first of a transfer, or a later
+// chunk. Data holds the chunk's bytes, decoded into the buffer given to
+// Message.Put.
+type Put struct {
+	Path    string // "" when absent (allowed on a later chunk only)
+	Data    []byte // the decoded chunk; empty when absent
+	More    bool   // more chunks follow
+	Mode    uint32 // DefaultFileMode when absent; HasMode says whether it was given
+	HasMode bool
+	User    string // "" when absent
+	Parents bool
+
+	Ignored []string // the request's unknown top-level fields (section 4.6)
+}
+
+// Put validates m as a put (section 4.6) and decodes its "data" into buf,
+// reusing its storage when it is large enough, so that a transfer holds
+// one chunk at a time whatever the file's size. Every failure is a
+// CatBadRequest whose message starts with "put: " and names the field:
+// "path" a string without NUL (required unless later is true: a later
+// chunk may leave it out), "data" standard base64 (padded), "more" and
+// "parents" booleans, "mode" a string of 1 to 4 octal digits (at most
+// 07777), "user" a non-empty string without NUL.
+func (m *Message) Put(buf []byte, later bool) (*Put, *Error) {
+	p := &Put{Mode: DefaultFileMode}
+	var e *Error
+	if p.Path, e = m.filePath("put", !later); e != nil {
+		return nil, e
+	}
+	if raw, present := m.optional("data"); present {
+		s, ok := decodeString(raw)
+		if !ok {
+			return nil, newError(CatBadRequest, `put: "data" must be a string of base64`)
+		}
+		need := base64.StdEncoding.DecodedLen(len(s))
+		if cap(buf) < need {
+			buf = make([]byte, need)
+		}
+		n, err := base64.StdEncoding.Decode(buf[:need], []byte(s))
+		if err != nil {
+			return nil, newError(CatBadRequest, `put: "data" is not valid base64 (standard alphabet, padded): %v`, err)
+		}
+		p.Data = buf[:n]
+	}
+	if p.More, e = m.fileBool("put", "more"); e != nil {
+		return nil, e
+	}
+	if p.Parents, e = m.fileBool("put", "parents"); e != nil {
+		return nil, e
+	}
+	if raw, present := m.optional("mode"); present {
+		s, ok := decodeString(raw)
+		mode, good := parseMode(s)
+		if !ok || !good {
+			return nil, newError(CatBadRequest, `put: "mode" must be a string of octal digits from "0" to "07777", such as "0755"`)
+		}
+		p.Mode, p.HasMode = mode, true
+	}
+	if p.User, e = m.fileUser("put"); e != nil {
+		return nil, e
+	}
+	p.Ignored = m.ignoredAs("put")
+	return p, nil
+}
+
+// PutHead reports, without validating the rest, whether a put names a
+// "path" (it starts a transfer) and whether "more" is true (chunks follow):
+// what relayd needs to skip the rest of a refused transfer.
+func (m *Message) PutHead() (named, more bool) {
+	_, named = m.optional("path")
+	more, _ = m.fileBool("put", "more")
+	return named, more
+}
+
+// Get is a validated get message (section 4.6).
+type Get struct {
+	Path    string
+	User    string   // "" when absent
+	Ignored []string // the request's unknown top-level fields (section 4.6)
+}
+
+// Get validates m as a get: "path" a non-empty string without NUL, "user"
+// as for Put. A failure is a CatBadRequest naming the field.
+func (m *Message) Get() (*Get, *Error) {
+	g := &Get{}
+	var e *Error
+	if g.Path, e = m.filePath("get", true); e != nil {
+		return nil, e
+	}
+	if g.User, e = m.fileUser("get"); e != nil {
+		return nil, e
+	}
+	g.Ignored = m.ignoredAs("get")
+	return g, nil
+}
+
+func (m *Message) filePath(kind string, required bool) (string, *Error) {
+	raw, present := m.optional("path")
+	if !present {
+		if required {
+			return "", newError(CatBadRequest, `%s: "path" is required: the file's path, absolute or relative to the workspace`, kind)
+		}
+		return "", nil
+	}
+	s, ok := decodeString(raw)
+	if !ok || s == "" {
+		return "", newError(CatBadRequest, `%s: "path" must be a non-empty string`, kind)
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		return "", newError(CatBadRequest, `%s: "path" holds a NUL byte`, kind)
+	}
+	return s, nil
+}
+
+func (m *Message) fileUser(kind string) (string, *Error) {
+	raw, present := m.optional("user")
+	if !present {
+		return "", nil
+	}
+	s, ok := decodeString(raw)
+	if !ok || s == "" || strings.IndexByte(s, 0) >= 0 {
+		return "", newError(CatBadRequest, `%s: "user" must be a user name or uid, optionally with ":group"`, kind)
+	}
+	return s, nil
+}
+
+func (m *Message) fileBool(kind, name string) (bool, *Error) {
+	raw, present := m.optional(name)
+	if !present {
+		return false, nil
+	}
+	var v bool
+	if jsonKind(raw) != kindBool || json.Unmarshal(raw, &v) != nil {
+		return false, newError(CatBadRequest, `%s: %q must be true or false`, kind, name)
+	}
+	return v, nil
+}
+
+// parseMode reads 1 to 5 octal digits (a leading 0 allowed) up to 07777.
+func parseMode(s string) (uint32, bool) {
+	if s == "" || len(s) > 5 {
+		return 0, false
+	}
+	var v uint32
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '7' {
+			return 0, false
+		}
+		v = v*8 + uint32(c-'0')
+	}
+	return v, v <= 0o7777
+}
+
+// Stored is the reply to the last put of a transfer (section 4.6).
+type Stored struct {
+	Token   string          `json:"token,omitempty"`
+	Kind    string          `json:"kind"` // "stored"
+	ID      json.RawMessage `json:"id,omitempty"`
+	Path    string          `json:"path"` // absolute
+	Bytes   int64           `json:"bytes"`
+	Sha256  string          `json:"sha256"` // lower-case hex of the whole file
+	Ignored []string        `json:"ignored,omitempty"`
+}
+
+// Content is one chunk of the reply to a get (section 4.6). Data is
+// base64 in JSON (encoding/json's []byte); the last chunk has More false
+// and carries Bytes and Sha256 of the whole file.
+type Content struct {
+	Token   string          `json:"token,omitempty"`
+	Kind    string          `json:"kind"` // "content"
+	ID      json.RawMessage `json:"id,omitempty"`
+	Data    []byte          `json:"data"` // never nil: "" for an empty chunk
+	More    bool            `json:"more,omitempty"`
+	Bytes   *int64          `json:"bytes,omitempty"`
+	Sha256  string          `json:"sha256,omitempty"`
+	Ignored []string        `json:"ignored,omitempty"`
+}

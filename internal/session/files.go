@@ -1,0 +1,413 @@
+package session
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/relayd/relayd/internal/env"
+	"github.com/relayd/relayd/internal/protocol"
+)
+
+// The file transfers of section 4.6 ("Files"), served by the session loop:
+// a put's chunks are written as they come, a get's are read and sent one
+// at a time, so that memory holds one chunk whatever the file's size.
+
+// DefaultMaxFileBytes is the default of --max-file-bytes (protocol section 9).
+const DefaultMaxFileBytes = 1 << 30
+
+// maxContentChunk is the most raw bytes of one content message.
+const maxContentChunk = 256 << 10
+
+// transfer is a put in progress on one connection: a temporary file beside
+// the target, renamed over it on the last chunk.
+type transfer struct {
+	id      json.RawMessage
+	target  string // absolute
+	tmp     *os.File
+	cred    *syscall.Credential // the put's user; nil: relayd's
+	mode    uint32
+	n       int64
+	sum     hash.Hash
+	ignored []string
+	buf     []byte // the decoded chunk, reused
+}
+
+// fileState is a connection's put: the transfer open, or the rest of a
+// refused one being discarded.
+type fileState struct {
+	xfer       *transfer
+	discarding bool // a chunk was refused: later chunks (puts without "path") are dropped, up to the last
+}
+
+// fileError is a refusal of a put or get: a protocol category and a
+// sentence that says which problem it is.
+type fileError struct {
+	category, message string
+}
+
+func (e *fileError) Error() string { return e.message }
+
+func badFile(format string, args ...any) *fileError {
+	return &fileError{protocol.CatBadRequest, fmt.Sprintf(format, args...)}
+}
+
+func (s *Server) maxFileBytes() int64 {
+	if s.cfg.MaxFileBytes > 0 {
+		return s.cfg.MaxFileBytes
+	}
+	return DefaultMaxFileBytes
+}
+
+// filePath resolves a put's or get's path against the workspace.
+func (s *Server) filePath(p string) string { return env.Cwd(s.cfg.Workspace, p) }
+
+// put handles one put message: the first of a transfer, or its next chunk.
+func (cn *conn) put(msg *protocol.Message, ignored []string) {
+	if cn.files.discarding {
+		named, more := msg.PutHead()
+		if !named {
+			cn.files.discarding = more
+			return // the rest of a refused transfer: its error was the reply
+		}
+		cn.files.discarding = false
+	}
+	x := cn.files.xfer
+	var buf []byte
+	if x != nil {
+		buf = x.buf
+	}
+	p, perr := msg.Put(buf, x != nil)
+	if perr != nil {
+		cn.failTransfer(msg, ignored, perr.Category, perr.Message)
+		return
+	}
+	if x == nil {
+		var ferr *fileError
+		if x, ferr = cn.srv.openTransfer(p); ferr != nil {
+			cn.failTransfer(msg, p.Ignored, ferr.category, ferr.message)
+			return
+		}
+		x.id, x.ignored = msg.ID, p.Ignored
+		cn.files.xfer = x
+	} else if p.Path != "" && cn.srv.filePath(p.Path) != x.target {
+		cn.failTransfer(msg, p.Ignored, protocol.CatBadRequest,
+			"put: a transfer to another path is open on this connection; send its remaining chunks (without \"path\", or with the same one) first")
+		return
+	}
+	x.buf = p.Data[:0]
+	if max := cn.srv.maxFileBytes(); x.n+int64(len(p.Data)) > max {
+		cn.failTransfer(msg, p.Ignored, protocol.CatBadRequest,
+			fmt.Sprintf("put: the file is larger than --max-file-bytes (%d bytes); nothing was stored", max))
+		return
+	}
+	if _, err := x.tmp.Write(p.Data); err != nil {
+		cn.failTransfer(msg, p.Ignored, protocol.CatBadRequest, fmt.Sprintf("put: writing %s failed: %v", x.target, err))
+		return
+	}
+	x.n += int64(len(p.Data))
+	x.sum.Write(p.Data)
+	if p.More {
+		return // no reply until the last chunk
+	}
+	cn.files.xfer = nil
+	if ferr := x.commit(); ferr != nil {
+		cn.refuse(orID(msg.ID, x.id), p.Ignored, ferr.category, ferr.message)
+		return
+	}
+	cn.write(protocol.Stored{Token: cn.token(), Kind: "stored", ID: x.id, Path: x.target, Bytes: x.n,
+		Sha256: hex.EncodeToString(x.sum.Sum(nil)), Ignored: x.ignored})
+}
+
+// failTransfer refuses a put and abandons the open transfer, if any: a
+// transfer with a bad chunk cannot be trusted to hold what was meant.
+// When more chunks are to come, they are discarded without replies.
+func (cn *conn) failTransfer(msg *protocol.Message, ignored []string, category, message string) {
+	id := msg.ID
+	if _, more := msg.PutHead(); more {
+		cn.files.discarding = true
+	}
+	if x := cn.files.xfer; x != nil {
+		cn.files.xfer = nil
+		x.abandon()
+		id = orID(id, x.id)
+		message += " (the transfer is abandoned)"
+	}
+	cn.refuse(id, ignored, category, message)
+}
+
+// abandonTransfer removes the temporary file of a transfer left open when
+// the session ends.
+func (cn *conn) abandonTransfer() {
+	if cn.files.xfer != nil {
+		cn.log.Info().Str("path", cn.files.xfer.target).Int64("bytes", cn.files.xfer.n).Msg("put abandoned: the connection ended before its last chunk")
+		cn.files.xfer.abandon()
+		cn.files.xfer = nil
+	}
+}
+
+func orID(id, def json.RawMessage) json.RawMessage {
+	if id != nil {
+		return id
+	}
+	return def
+}
+
+// openTransfer checks the target of a first put and creates its temporary
+// file, with the put's user's rights.
+func (s *Server) openTransfer(p *protocol.Put) (*transfer, *fileError) {
+	x := &transfer{target: s.filePath(p.Path), mode: p.Mode, sum: sha256.New()}
+	if p.User != "" {
+		cred, err := fileUser(p.User)
+		if err != nil {
+			return nil, badFile("put: \"user\": %v", err)
+		}
+		x.cred = cred
+	}
+	var ferr *fileError
+	err := asUser(x.cred, func() error {
+		dir := filepath.Dir(x.target)
+		if p.Parents {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				ferr = pathError("put", "making the parent directories of "+x.target, err)
+				return nil
+			}
+		}
+		switch fi, err := os.Stat(x.target); {
+		case err == nil && fi.IsDir():
+			ferr = badFile("put: %s is a directory", x.target)
+			return nil
+		case err == nil && !fi.Mode().IsRegular():
+			ferr = badFile("put: %s is not a regular file (a device, FIFO or socket); relayd replaces only regular files", x.target)
+			return nil
+		}
+		f, err := createTemp(dir, filepath.Base(x.target))
+		if err != nil {
+			ferr = pathError("put", "creating a temporary file beside "+x.target, err)
+			return nil
+		}
+		x.tmp = f
+		return nil
+	})
+	if err != nil {
+		return nil, badFile("put: cannot take the rights of %q: %v", p.User, err)
+	}
+	if ferr != nil {
+		return nil, ferr
+	}
+	return x, nil
+}
+
+// createTemp creates .BASE.relayd-RANDOM.tmp in dir, exclusively, mode
+// 0600 until the transfer is complete.
+func createTemp(dir, base string) (*os.File, error) {
+	var r [12]byte
+	for range 3 {
+		if _, err := rand.Read(r[:]); err != nil {
+			return nil, err
+		}
+		name := filepath.Join(dir, "."+base+".relayd-"+hex.EncodeToString(r[:])+".tmp")
+		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		return f, err
+	}
+	return nil, errors.New("three random names were taken")
+}
+
+// commit makes the transfer's file the target: fsync, chmod, rename (with
+// the put's user's rights), then fsync of the directory.
+func (x *transfer) commit() *fileError {
+	name := x.tmp.Name()
+	fail := func(what string, err error) *fileError {
+		x.abandon()
+		return pathError("put", what+" "+x.target, err)
+	}
+	if err := x.tmp.Sync(); err != nil {
+		return fail("flushing", err)
+	}
+	if err := x.tmp.Chmod(os.FileMode(x.mode&0o777) | modeBits(x.mode)); err != nil {
+		return fail("setting the mode of", err)
+	}
+	if err := x.tmp.Close(); err != nil {
+		return fail("closing", err)
+	}
+	var renameErr error
+	if err := asUser(x.cred, func() error { renameErr = os.Rename(name, x.target); return nil }); err != nil {
+		renameErr = err
+	}
+	if renameErr != nil {
+		_ = os.Remove(name)
+		return pathError("put", "renaming the temporary file over", renameErr)
+	}
+	if d, err := os.Open(filepath.Dir(x.target)); err == nil {
+		_ = d.Sync() // the rename survives a crash
+		d.Close()
+	}
+	return nil
+}
+
+// modeBits turns the setuid, setgid and sticky bits of a numeric mode into Go's.
+func modeBits(m uint32) os.FileMode {
+	var fm os.FileMode
+	if m&0o4000 != 0 {
+		fm |= os.ModeSetuid
+	}
+	if m&0o2000 != 0 {
+		fm |= os.ModeSetgid
+	}
+	if m&0o1000 != 0 {
+		fm |= os.ModeSticky
+	}
+	return fm
+}
+
+// abandon closes and removes the temporary file.
+func (x *transfer) abandon() {
+	if x.tmp == nil {
+		return
+	}
+	name := x.tmp.Name()
+	x.tmp.Close() // a second Close after commit's is harmless
+	_ = os.Remove(name)
+	x.tmp = nil
+}
+
+// pathError turns a file-system error into a refusal: not-found when the
+// file or a parent does not exist, else bad-request saying what failed.
+func pathError(kind, what string, err error) *fileError {
+	cause := err
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		cause = pe.Err
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		cause = le.Err
+	}
+	switch {
+	case errors.Is(cause, syscall.ENOENT), errors.Is(cause, syscall.ENOTDIR):
+		return &fileError{protocol.CatNotFound, fmt.Sprintf("%s: %s: no such file or directory (a parent is missing; put takes \"parents\": true)", kind, what)}
+	case errors.Is(cause, syscall.EACCES), errors.Is(cause, syscall.EPERM):
+		return badFile("%s: %s: permission denied", kind, what)
+	case errors.Is(cause, syscall.EISDIR):
+		return badFile("%s: %s: is a directory", kind, what)
+	}
+	return badFile("%s: %s: %v", kind, what, cause)
+}
+
+// get answers a get with the file's content in chunks, read one at a
+// time; the last carries the whole file's size and sha256. A file that
+// grows past --max-file-bytes while it is read ends in an error instead.
+func (cn *conn) get(msg *protocol.Message, ignored []string) {
+	g, perr := msg.Get()
+	if perr != nil {
+		cn.refuse(msg.ID, ignored, perr.Category, perr.Message)
+		return
+	}
+	if cn.files.xfer != nil {
+		cn.refuse(msg.ID, g.Ignored, protocol.CatBusy, "get: a put is open on this connection; send its last chunk first")
+		return
+	}
+	path := cn.srv.filePath(g.Path)
+	f, ferr := cn.srv.openForGet(path, g.User)
+	if ferr != nil {
+		cn.refuse(msg.ID, g.Ignored, ferr.category, ferr.message)
+		return
+	}
+	defer f.Close()
+	max := cn.srv.maxFileBytes()
+	buf := make([]byte, cn.srv.contentChunk())
+	sum := sha256.New()
+	var n int64
+	for {
+		k, err := io.ReadFull(f, buf)
+		if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+			cn.refuse(msg.ID, g.Ignored, protocol.CatBadRequest, fmt.Sprintf("get: reading %s failed after %d bytes: %v", path, n, err))
+			return
+		}
+		n += int64(k)
+		if n > max {
+			cn.refuse(msg.ID, g.Ignored, protocol.CatBadRequest,
+				fmt.Sprintf("get: %s grew past --max-file-bytes (%d bytes) while it was read; discard the content sent", path, max))
+			return
+		}
+		sum.Write(buf[:k])
+		c := protocol.Content{Token: cn.token(), Kind: "content", ID: msg.ID, Data: buf[:k], More: err == nil}
+		if !c.More {
+			c.Bytes, c.Sha256, c.Ignored = &n, hex.EncodeToString(sum.Sum(nil)), g.Ignored
+		}
+		if !cn.write(c) || !c.More {
+			return
+		}
+	}
+}
+
+// contentChunk is the raw size of a content chunk: its line (base64 and
+// the other fields) stays within --max-line-bytes, relayd's own limit.
+func (s *Server) contentChunk() int {
+	n := (s.cfg.MaxLineBytes - 512) / 4 * 3
+	if n > maxContentChunk || s.cfg.MaxLineBytes <= 0 {
+		n = maxContentChunk
+	}
+	if n < 192 {
+		n = 192
+	}
+	return n
+}
+
+// openForGet opens a regular file for reading with user's rights.
+func (s *Server) openForGet(path, spec string) (*os.File, *fileError) {
+	var cred *syscall.Credential
+	if spec != "" {
+		c, err := fileUser(spec)
+		if err != nil {
+			return nil, badFile("get: \"user\": %v", err)
+		}
+		cred = c
+	}
+	var f *os.File
+	var ferr *fileError
+	err := asUser(cred, func() error {
+		// O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
+		fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+		if err != nil {
+			ferr = pathError("get", path, err)
+			return nil
+		}
+		f = os.NewFile(uintptr(fd), path)
+		return nil
+	})
+	if err != nil {
+		return nil, badFile("get: cannot take the rights of %q: %v", spec, err)
+	}
+	if ferr != nil {
+		return nil, ferr
+	}
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		ferr = pathError("get", path, err)
+	case fi.IsDir():
+		ferr = badFile("get: %s is a directory", path)
+	case !fi.Mode().IsRegular():
+		ferr = badFile("get: %s is not a regular file (a device, FIFO or socket)", path)
+	case fi.Size() > s.maxFileBytes():
+		ferr = badFile("get: %s is %d bytes, more than --max-file-bytes (%d)", path, fi.Size(), s.maxFileBytes())
+	}
+	if ferr != nil {
+		f.Close()
+		return nil, ferr
+	}
+	return f, nil // O_NONBLOCK means nothing to a regular file's reads
+}
