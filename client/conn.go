@@ -454,6 +454,8 @@ type executeWire struct {
 	InputEncoding string            `json:"inputEncoding,omitempty"`
 	Stdin         bool              `json:"stdin,omitempty"`
 	User          string            `json:"user,omitempty"`
+	MaxOutput     int64             `json:"maxOutputBytes,omitempty"`
+	OutputKeep    string            `json:"outputKeep,omitempty"`
 }
 
 // millis rounds d up to whole milliseconds, so that a Timeout of 1ns is
@@ -485,6 +487,13 @@ func (c *Conn) Execute(ctx context.Context, req Request) (Executed, error) {
 	if req.DiscardStdout {
 		f := false
 		w.CaptureStdout = &f
+	}
+	if req.MaxOutputBytes < 0 {
+		return e, &Error{Category: ErrBadRequest.Category, Message: "client: Request.MaxOutputBytes must not be negative"}
+	}
+	w.MaxOutput = req.MaxOutputBytes
+	if req.KeepTail {
+		w.OutputKeep = "tail"
 	}
 	if req.Input != nil {
 		in, enc := inputField(req.Input)

@@ -172,6 +172,12 @@ type Request struct {
 	// User runs the subject as this user: a name or uid, optionally
 	// ":GROUP" (relayd must be root); "" is relayd's --subject-user.
 	User string
+	// MaxOutputBytes, when positive, returns at most this much of stdout
+	// (raw mode) and of stderr each (within relayd's own limits); a cut
+	// sets StdoutTruncated or StderrTruncated. KeepTail keeps the last
+	// bytes instead of the first.
+	MaxOutputBytes int64
+	KeepTail       bool
 }
 
 // Executed is relayd's reply to an execute. It never holds the token.

@@ -44,6 +44,13 @@ type Execute struct {
 	Stdin    bool   // stdin stays open after Input for stdin messages
 	User     string // "USER" or "USER:GROUP"; "" when absent
 
+	// Output limits a harness chooses (relayd's refinement of 4.6): at most
+	// MaxOutputBytes of raw stdout and of captured stderr each, within the
+	// daemon's limits (0 when absent: those limits); OutputKeep says which
+	// end is kept when more came.
+	MaxOutputBytes int64
+	OutputKeep     string // "" when absent, which is OutputKeepHead
+
 	// Ignored names the request's unknown top-level fields, for its
 	// started and executed replies (section 4.6); nil when none.
 	Ignored []string
@@ -55,6 +62,12 @@ const (
 	OnExitLeave           = "leave"             // rule 6.1
 	OnExitSettle          = "settle"            // settle it whatever the status
 	OnExitSettleOnFailure = "settle-on-failure" // settle it after a non-zero status or a signal
+)
+
+// The values of outputKeep: which end of a longer output is returned.
+const (
+	OutputKeepHead = "head" // the first bytes (relayd's default, the contract's)
+	OutputKeepTail = "tail" // the last bytes (what inspect_ai keeps)
 )
 
 // Execute validates m as an execute request; it does not look at m.Kind.
@@ -193,8 +206,31 @@ func (m *Message) Execute() (*Execute, *Error) {
 			return nil, badExecute(`"user" must be a user name or uid, optionally followed by :GROUP, of at most %d bytes`, maxUser)
 		}
 	}
+	if e = m.outputLimits(x); e != nil {
+		return nil, e
+	}
 	x.Ignored = m.ignoredAs("execute")
 	return x, nil
+}
+
+// outputLimits reads "maxOutputBytes" (an integer of at least 1) and
+// "outputKeep" ("head" or "tail") into x.
+func (m *Message) outputLimits(x *Execute) *Error {
+	if raw, present := m.optional("maxOutputBytes"); present {
+		v, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+		if jsonKind(raw) != kindNumber || err != nil || v < 1 {
+			return badExecute(`"maxOutputBytes" must be an integer of at least 1`)
+		}
+		x.MaxOutputBytes = v
+	}
+	if raw, present := m.optional("outputKeep"); present {
+		s, _ := decodeString(raw)
+		if s != OutputKeepHead && s != OutputKeepTail {
+			return badExecute(`"outputKeep" must be %q or %q`, OutputKeepHead, OutputKeepTail)
+		}
+		x.OutputKeep = s
+	}
+	return nil
 }
 
 // maxUser bounds "user"; a login name is at most 32 bytes on Linux.

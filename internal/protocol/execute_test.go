@@ -79,6 +79,12 @@ func TestExecuteValid(t *testing.T) {
 			want: Execute{Command: "x", Args: []string{}, Environment: map[string]string{}, Credentials: map[string]string{}, CaptureStdout: true},
 		},
 		{
+			name: "output limits",
+			line: `{"command":"x","maxOutputBytes":4096,"outputKeep":"tail"}`,
+			want: Execute{Command: "x", Args: []string{}, Environment: map[string]string{}, Credentials: map[string]string{}, CaptureStdout: true,
+				MaxOutputBytes: 4096, OutputKeep: OutputKeepTail},
+		},
+		{
 			name: "onExit settle",
 			line: `{"command":"x","onExit":"settle"}`,
 			want: Execute{Command: "x", Args: []string{}, Environment: map[string]string{}, Credentials: map[string]string{}, CaptureStdout: true, OnExit: OnExitSettle},
@@ -169,6 +175,10 @@ func TestExecuteInvalid(t *testing.T) {
 		{"onExit case", `{"command":"x","onExit":"Settle"}`, `execute: "onExit" must be "leave", "settle" or "settle-on-failure"`},
 		{"onExit number", `{"command":"x","onExit":2}`, `execute: "onExit" must be "leave", "settle" or "settle-on-failure"`},
 		{"detachMs zero", `{"command":"x","detachMs":0}`, `execute: "detachMs" must be an integer of at least 1`},
+		{"maxOutputBytes zero", `{"command":"x","maxOutputBytes":0}`, `execute: "maxOutputBytes" must be an integer of at least 1`},
+		{"maxOutputBytes string", `{"command":"x","maxOutputBytes":"10"}`, `execute: "maxOutputBytes" must be an integer of at least 1`},
+		{"maxOutputBytes fraction", `{"command":"x","maxOutputBytes":1.5}`, `execute: "maxOutputBytes" must be an integer of at least 1`},
+		{"outputKeep other", `{"command":"x","outputKeep":"middle"}`, `execute: "outputKeep" must be "head" or "tail"`},
 		{"detachMs negative", `{"command":"x","detachMs":-5}`, `execute: "detachMs" must be an integer of at least 1`},
 		{"detachMs fraction", `{"command":"x","detachMs":1.5}`, `execute: "detachMs" must be an integer of at least 1`},
 		{"detachMs string", `{"command":"x","detachMs":"5000"}`, `execute: "detachMs" must be an integer of at least 1`},

@@ -126,7 +126,7 @@ func referenceIgnored(line []byte, kind string) []string {
 	switch kind {
 	case "execute":
 		for _, n := range []string{"command", "args", "environment", "credentials", "resultToken", "captureStdout", "cwd", "timeoutMs",
-			"captureStderr", "stream", "onExit", "detachMs", "input", "inputEncoding", "stdin", "user"} {
+			"captureStderr", "stream", "onExit", "detachMs", "input", "inputEncoding", "stdin", "user", "maxOutputBytes", "outputKeep"} {
 			known[n] = true
 		}
 	case "attach":

@@ -49,6 +49,7 @@ var fieldNames = [...]string{"kind", "token", "id",
 	"command", "args", "environment", "credentials", "resultToken", "captureStdout", "cwd", "timeoutMs",
 	"captureStderr", "stream", "onExit", "detachMs", // execute's extensions (section 4.5)
 	"input", "inputEncoding", "stdin", "user", // execute's extensions (section 4.6)
+	"maxOutputBytes", "outputKeep", // execute's output limits (relayd's, docs/protocol.md 4.6)
 	"execution",               // attach's and stdin's
 	"data", "encoding", "eof", // stdin's (section 4.6)
 	"all", "survivors", "keep", // verify's trial boundary (section 4.6)
@@ -59,14 +60,14 @@ var fieldNames = [...]string{"kind", "token", "id",
 // commonFields (kind, token, id), which every kind reads.
 const (
 	commonFields           = 3
-	executeFrom, executeTo = 3, 19
-	attachFrom, attachTo   = 19, 20
-	stdinFrom, stdinTo     = 19, 23
-	verifyFrom, verifyTo   = 23, 26
+	executeFrom, executeTo = 3, 21
+	attachFrom, attachTo   = 21, 22
+	stdinFrom, stdinTo     = 21, 25
+	verifyFrom, verifyTo   = 25, 28
 )
 
 // maxFieldName is the length of the longest of fieldNames.
-const maxFieldName = len("captureStdout")
+const maxFieldName = len("maxOutputBytes")
 
 // field returns the raw value of the top-level field name and whether it
 // is present; name must be one of fieldNames.

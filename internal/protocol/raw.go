@@ -14,6 +14,16 @@ type RawCapture struct {
 	max       int
 	buf       []byte // never longer (or with more capacity) than max
 	truncated bool
+	tail      bool // keep the last max bytes instead of the first
+	start     int  // tail, once buf is full: where the oldest byte is (a ring)
+}
+
+// NewRawCaptureTail is NewRawCapture keeping the last max bytes (outputKeep
+// "tail"): what a harness that shows the end of a long log wants.
+func NewRawCaptureTail(max int) *RawCapture {
+	r := NewRawCapture(max)
+	r.tail = true
+	return r
 }
 
 // NewRawCapture returns a RawCapture that keeps at most max bytes; with max
@@ -34,8 +44,35 @@ func (r *RawCapture) Write(p []byte) (int, error) {
 	if len(r.buf)+len(p) > r.max {
 		r.truncated = true
 	}
+	if r.tail && len(r.buf)+len(p) > r.max && r.max > 0 {
+		r.writeRing(p)
+		return n, nil
+	}
 	r.buf = appendCapped(r.buf, p, r.max)
 	return n, nil
+}
+
+// writeRing keeps the last max bytes of what came and p: buf is filled to
+// max, then overwritten in a ring from start.
+func (r *RawCapture) writeRing(p []byte) {
+	if len(p) >= r.max {
+		if cap(r.buf) < r.max {
+			r.buf = make([]byte, r.max)
+		}
+		r.buf = r.buf[:r.max]
+		copy(r.buf, p[len(p)-r.max:])
+		r.start = 0
+		return
+	}
+	if fill := r.max - len(r.buf); fill > 0 { // not yet full: fill first
+		r.buf = appendCapped(r.buf, p[:fill], r.max)
+		p = p[fill:]
+	}
+	for len(p) > 0 {
+		k := copy(r.buf[r.start:], p)
+		p = p[k:]
+		r.start = (r.start + k) % r.max
+	}
 }
 
 // Result returns what was kept, as text: every byte that is not part of
@@ -45,7 +82,10 @@ func (r *RawCapture) Write(p []byte) (int, error) {
 func (r *RawCapture) Result() (stdout string, truncated bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return validUTF8(r.buf), r.truncated
+	if r.start == 0 {
+		return validUTF8(r.buf), r.truncated
+	}
+	return validUTF8(append(append(make([]byte, 0, len(r.buf)), r.buf[r.start:]...), r.buf[:r.start]...)), r.truncated
 }
 
 // validUTF8 returns b as a string with each invalid byte replaced by U+FFFD.

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"math/rand"
 	"strings"
 	"testing"
 )
@@ -47,5 +48,33 @@ func TestRawCapture(t *testing.T) {
 				t.Errorf("bytes held: got capacity %d; want at most %d", cap(r.buf), max)
 			}
 		})
+	}
+}
+
+// With outputKeep "tail" the capture holds the last max bytes of whatever
+// came, in order, however the writes were cut.
+func TestRawCaptureTail(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	for _, max := range []int{1, 7, 64, 1000} {
+		for trial := 0; trial < 200; trial++ {
+			r := NewRawCaptureTail(max)
+			var all []byte
+			for n := rng.Intn(20); n > 0; n-- {
+				p := make([]byte, rng.Intn(3*max+2))
+				for i := range p {
+					p[i] = 'a' + byte(rng.Intn(26))
+				}
+				all = append(all, p...)
+				r.Write(p)
+			}
+			got, truncated := r.Result()
+			want := all
+			if len(want) > max {
+				want = want[len(want)-max:]
+			}
+			if got != string(want) || truncated != (len(all) > max) {
+				t.Fatalf("max %d, %d bytes written: got %q (truncated %v); want %q (%v)", max, len(all), got, truncated, want, len(all) > max)
+			}
+		}
 	}
 }

@@ -163,15 +163,24 @@ type output struct {
 
 func newOutput(req *protocol.Execute, maxStdout, maxStderr int) *output {
 	o := &output{}
+	// The request's maxOutputBytes lowers the daemon's limits, never
+	// raises them; outputKeep picks the end kept (docs/protocol.md 4.6).
+	capture := protocol.NewRawCapture
+	if req.OutputKeep == protocol.OutputKeepTail {
+		capture = protocol.NewRawCaptureTail
+	}
+	if m := req.MaxOutputBytes; m > 0 {
+		maxStdout, maxStderr = int(min(m, int64(maxStdout))), int(min(m, int64(maxStderr)))
+	}
 	switch {
 	case !req.CaptureStdout:
 	case req.ResultToken != "":
 		o.carrier = protocol.NewCarrier()
 	default:
-		o.raw = protocol.NewRawCapture(maxStdout)
+		o.raw = capture(maxStdout)
 	}
 	if req.CaptureStderr {
-		o.stderr = protocol.NewRawCapture(maxStderr)
+		o.stderr = capture(maxStderr)
 	}
 	return o
 }

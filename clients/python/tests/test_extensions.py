@@ -39,6 +39,15 @@ class ExtensionsTest(RelaydTest):
             x = c.execute("sh", ["-c", "echo err >&2"])
             self.assertIsNone(x.stderr)
 
+    def test_output_limits(self) -> None:
+        d = self.relayd()
+        with Client(d.addr, d.token) as c:
+            script = ["-c", "printf 0123456789; printf ERR-56789 >&2"]
+            x = c.execute("sh", script, capture_stderr=True, max_output_bytes=4, output_keep="tail")
+            self.assertEqual((x.stdout, x.stdout_truncated, x.stderr, x.stderr_truncated), ("6789", True, "6789", True))
+            x = c.execute("sh", script, capture_stderr=True, max_output_bytes=4)
+            self.assertEqual((x.stdout, x.stderr), ("0123", "ERR-"))
+
     def test_stream_order(self) -> None:
         d = self.relayd()
         events: List[Tuple[str, str]] = []

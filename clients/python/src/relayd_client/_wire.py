@@ -111,6 +111,8 @@ def execute_message(
     detach_ms: Optional[int],
     input: Union[str, bytes, None] = None,
     user: Optional[str] = None,
+    max_output_bytes: Optional[int] = None,
+    output_keep: Optional[str] = None,
 ) -> Dict[str, Any]:
     """The execute message; relayd validates it (a bad one is BadRequestError).
     ``input`` (protocol 4.6) goes as text when it is str, as base64 when bytes."""
@@ -131,6 +133,8 @@ def execute_message(
         "onExit": on_exit,
         "detachMs": detach_ms,
         "user": user,
+        "maxOutputBytes": max_output_bytes,
+        "outputKeep": output_keep,
     }
     msg.update({k: v for k, v in optional.items() if v is not None})
     if isinstance(input, bytes):

@@ -124,6 +124,8 @@ class AsyncClient:
         detach_ms: Optional[int] = None,
         input: Union[str, bytes, None] = None,
         user: Optional[str] = None,
+        max_output_bytes: Optional[int] = None,
+        output_keep: Optional[str] = None,
         timeout: Optional[float] = None,
         on_output: Optional[OnOutput] = None,
         on_started: Optional[OnStarted] = None,
@@ -134,6 +136,7 @@ class AsyncClient:
             command, args, environment=environment, credentials=credentials, result_token=result_token,
             capture_stdout=capture_stdout, cwd=cwd, timeout_ms=timeout_ms, capture_stderr=capture_stderr,
             stream=stream, on_exit=on_exit, detach_ms=detach_ms, input=input, user=user,
+            max_output_bytes=max_output_bytes, output_keep=output_keep,
         )
         wait = _wire.execute_wait(timeout_ms, self.teardown_budget, timeout)
         r = await self._call(msg, "executed", wait, on_output, on_started)

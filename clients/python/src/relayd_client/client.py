@@ -161,6 +161,8 @@ class Client:
         detach_ms: Optional[int] = None,
         input: Union[str, bytes, None] = None,
         user: Optional[str] = None,
+        max_output_bytes: Optional[int] = None,
+        output_keep: Optional[str] = None,
         timeout: Optional[float] = None,
         on_output: Optional[OnOutput] = None,
         on_started: Optional[OnStarted] = None,
@@ -180,12 +182,16 @@ class Client:
         written to the subject's stdin, which then closes (str as text,
         bytes as base64; at most --max-line-bytes in all); ``user`` runs
         the subject as that user (``"name"``, ``"uid"``, ``"name:group"``;
-        relayd must be root).
+        relayd must be root). ``max_output_bytes`` returns at most that much
+        of stdout and of stderr each (within relayd's limits), and
+        ``output_keep="tail"`` their last bytes instead of the first; a cut
+        sets ``stdout_truncated`` / ``stderr_truncated``.
         """
         msg = _wire.execute_message(
             command, args, environment=environment, credentials=credentials, result_token=result_token,
             capture_stdout=capture_stdout, cwd=cwd, timeout_ms=timeout_ms, capture_stderr=capture_stderr,
             stream=stream, on_exit=on_exit, detach_ms=detach_ms, input=input, user=user,
+            max_output_bytes=max_output_bytes, output_keep=output_keep,
         )
         wait = _wire.execute_wait(timeout_ms, self.teardown_budget, timeout)
         r = self._call(msg, "executed", wait, on_output, on_started)
