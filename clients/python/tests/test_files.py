@@ -9,7 +9,7 @@ import io
 import os
 import unittest
 
-from relayd_client import AsyncClient, BadRequestError, Client, NotFoundError
+from relayd_client import AsyncClient, BadRequestError, Client, DirectoryError, NotFoundError
 from relayd_fixture import RelaydTest
 
 # Every byte value, NULs and newlines included, over several chunks.
@@ -46,6 +46,38 @@ class FilesTest(RelaydTest):
             self.assertEqual(c.execute("true").exit_code, 0)
         self.assertEqual(d.stop(), 0)
 
+
+    def test_upload_download_dir(self) -> None:
+        # A tree with binary files, an executable, an empty directory and a
+        # link inside it goes there and back; files are the user's.
+        d = self.relayd()
+        src = os.path.join(d.dir, "src")
+        os.makedirs(os.path.join(src, "a", "b"))
+        os.makedirs(os.path.join(src, "empty"))
+        with open(os.path.join(src, "a", "b", "blob.bin"), "wb") as f:
+            f.write(DATA)
+        with open(os.path.join(src, "run.sh"), "w") as f:
+            f.write("#!/bin/sh\necho ran\n")
+        os.chmod(os.path.join(src, "run.sh"), 0o755)
+        os.symlink("a/b/blob.bin", os.path.join(src, "link"))
+        os.chmod(d.dir, 0o755)  # nobody enters the workspace and writes there
+        os.chmod(d.workspace, 0o777)
+        with Client(d.addr, d.token) as c:
+            c.upload_dir(src, "tree/copy", user="nobody")
+            there = os.path.join(d.workspace, "tree", "copy")
+            self.assertEqual(c.execute(os.path.join(there, "run.sh")).stdout, "ran\n")
+            self.assertEqual(os.stat(os.path.join(there, "a", "b", "blob.bin")).st_uid, 65534)
+            back = os.path.join(d.dir, "back")
+            c.download_dir("tree/copy", back)
+            self.assertEqual(sorted(os.listdir(back)), ["a", "empty", "link", "run.sh"])
+            with open(os.path.join(back, "link"), "rb") as f:
+                self.assertEqual(f.read(), DATA)
+            self.assertTrue(os.access(os.path.join(back, "run.sh"), os.X_OK))
+            self.assertTrue(os.path.isdir(os.path.join(back, "empty")))
+            # Nothing of the transfers is left on either side.
+            self.assertEqual(sorted(os.listdir(there)), ["a", "empty", "link", "run.sh"])
+            with self.assertRaises(DirectoryError):
+                c.download_dir("no/such/dir", os.path.join(d.dir, "none"))
 
 class Zeros:
     """A binary file object of n zero bytes that counts what was read."""

@@ -16,6 +16,7 @@ time ReplyTimeoutError; all are RelaydError.
 """
 
 from .aio import AsyncClient, AsyncListener
+from ._dirs import DirectoryError
 from ._files import FileInfo
 from .carrier import MAX_PAYLOAD, result_frame, write_result
 from .client import Client, Listener, serve
@@ -60,7 +61,7 @@ __all__ = [
     "Ready", "Executed", "Verified", "Survivor", "Diagnostic", "Output",
     "EXITED", "FRAMEWORK_TIMEOUT", "NONE", "SETTLED", "DESTROYED", "FAILED",
     "RelaydError", "ProtocolError", "BadJSONError", "LineTooLongError", "UnauthenticatedError",
-    "BadRequestError", "UnknownKindError", "BusyError", "ShuttingDownError", "NotFoundError",
+    "BadRequestError", "UnknownKindError", "BusyError", "ShuttingDownError", "NotFoundError", "DirectoryError",
     "ConnectionLostError", "ReplyTimeoutError", "UnexpectedReplyError", "ResultCarrierError",
     "IgnoredFieldsWarning",
 ]

@@ -18,7 +18,7 @@ import time
 from types import TracebackType
 from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
-from . import _files, _wire
+from . import _dirs, _files, _wire
 from ._files import FileInfo
 from ._wire import Address, OnOutput, OnStarted
 from .errors import ConnectionLostError, ProtocolError, RelaydError, ReplyTimeoutError, UnexpectedReplyError
@@ -280,6 +280,22 @@ class Client:
         _wire.warn_ignored(call, "put")
         assert isinstance(r, dict)
         return _files.stored(r, tally.n, tally.digest.hexdigest())
+
+    def upload_dir(self, local_dir: str, remote_dir: str, *, user: Optional[str] = None,
+                   timeout: Optional[float] = None) -> None:
+        """Copy the directory ``local_dir`` into ``remote_dir`` on relayd's
+        side (made if missing), as a tar stream over put: bounded memory,
+        checked by sha256, unpacked by ``tar`` there (as ``user``, whose
+        files they then are). DirectoryError when tar fails."""
+        _dirs.upload_dir(self, local_dir, remote_dir, user=user, timeout=timeout)
+
+    def download_dir(self, remote_dir: str, local_dir: str, *, user: Optional[str] = None,
+                     timeout: Optional[float] = None) -> None:
+        """Copy the directory ``remote_dir`` on relayd's side into
+        ``local_dir`` (made if missing), as a tar stream over get. Members
+        that would land outside ``local_dir`` are refused (the container
+        is the subject's to write)."""
+        _dirs.download_dir(self, remote_dir, local_dir, user=user, timeout=timeout)
 
     def download_file(self, path: str, *, user: Optional[str] = None, timeout: Optional[float] = None) -> bytes:
         """The bytes of the file at ``path`` on relayd's side (relative to
