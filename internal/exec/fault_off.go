@@ -2,6 +2,8 @@
 
 package exec
 
+import "time"
+
 // faultProcRoot is a test seam: only a binary built with the relayd_faults
 // tag can point the process tracker at another /proc. Production builds
 // cannot reach it.
@@ -20,6 +22,10 @@ func faultNoCgroupKill() bool { return false }
 
 // faultNoClone3 is a test seam: the relayd_faults build can refuse clone3.
 func faultNoClone3() bool { return false }
+
+// faultShimStartDelay is a test seam: the relayd_faults build can starve a
+// shim's start.
+func faultShimStartDelay() time.Duration { return 0 }
 
 // faultEnv is what of relayd's environment a shim gets: nothing.
 func faultEnv() []string { return []string{} }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"time"
 )
 
 // faultProcRoot lets tests built with the relayd_faults tag fault the
@@ -48,6 +49,13 @@ func faultNoCgroupKill() bool { return os.Getenv("RELAYD_FAULT_NO_CGROUP_KILL") 
 // (the cgroup mechanism's subjects enter their leaf through the helper)
 // when RELAYD_FAULT_NO_CLONE3 is set.
 func faultNoClone3() bool { return os.Getenv("RELAYD_FAULT_NO_CLONE3") != "" }
+
+// faultShimStartDelay makes a shim wait RELAYD_FAULT_SHIM_START_DELAY (a
+// Go duration) before it handles a start: a shim starved, but runnable.
+func faultShimStartDelay() time.Duration {
+	d, _ := time.ParseDuration(os.Getenv("RELAYD_FAULT_SHIM_START_DELAY"))
+	return d
+}
 
 // faultEnv is what of relayd's environment a shim gets: the fault switches.
 func faultEnv() []string {

@@ -167,6 +167,9 @@ func runShim(catchRest func()) int {
 		}
 		switch kind {
 		case frStart:
+			if d := faultShimStartDelay(); d > 0 {
+				time.Sleep(d) // a starved shim, as on a machine starting thousands of processes
+			}
 			p.start(body, fds)
 		case frMembers:
 			closeFDs(fds)

@@ -47,6 +47,14 @@ const (
 // no evidence.
 const shimRPCTimeout = 2 * time.Second
 
+// shimStartTimeout bounds a start request to a shim that is runnable but
+// slow: on a machine starting thousands of processes at once a fresh shim
+// is starved for seconds, and its execution would fail for nothing. A
+// stopped or traced shim (state T or t) is lost at shimRPCTimeout as any
+// other. Only starts wait so long: nothing runs yet, so no settlement
+// budget is spent.
+const shimStartTimeout = 10 * time.Second
+
 // shimHelloTimeout bounds the start of a shim.
 const shimHelloTimeout = 10 * time.Second
 
@@ -447,20 +455,34 @@ func (sh *shim) call(run *shimRun, kind byte, req func(seq uint32) any, fds []in
 	}
 	t := time.NewTimer(shimRPCTimeout)
 	defer t.Stop()
-	select {
-	case rep, ok := <-ch:
-		if !ok {
-			return shimReply{}, ErrShimLost
+	for waited := shimRPCTimeout; ; waited += shimRPCTimeout {
+		select {
+		case rep, ok := <-ch:
+			if !ok {
+				return shimReply{}, ErrShimLost
+			}
+			return rep, nil
+		case <-t.C:
 		}
-		return rep, nil
-	case <-t.C:
+		if kind == frStart && waited < shimStartTimeout && runnable(sh.pid) {
+			t.Reset(shimRPCTimeout) // starved, not stopped
+			continue
+		}
 		// Stopped (a subject of relayd's uid can SIGSTOP it) or wedged:
 		// it is no evidence any more, and it is ended, so that what it
 		// holds comes to relayd and its execution's fallback reaches it.
 		sh.forget(seq)
 		sh.kill()
-		return shimReply{}, fmt.Errorf("%w: no answer within %v", ErrShimLost, shimRPCTimeout)
+		return shimReply{}, fmt.Errorf("%w: no answer within %v", ErrShimLost, waited)
 	}
+}
+
+// runnable is true while pid (a shim: relayd's unreaped child, so the pid
+// is its) is neither stopped, traced nor dead.
+func runnable(pid int) bool {
+	var buf [512]byte
+	e, err := readStat("/proc", pid, buf[:])
+	return err == nil && !e.dead() && e.state != 'T' && e.state != 't'
 }
 
 func (sh *shim) forget(seq uint32) {
