@@ -234,6 +234,12 @@ class SelfCheck:
         r = await self.env.exec(["sh", "-c", "kill -TERM $$"], timeout=30)
         self.assertEqual(r.returncode, 143)
 
+    async def test_exec_exit_124_is_not_a_timeout(self) -> None:
+        # Only relayd's framework_timeout is a timeout: a command's own 124
+        # or a kill it suffers is its exit status, whatever the timeout.
+        self.assertEqual((await self.env.exec(["sh", "-c", "exit 124"], timeout=30)).returncode, 124)
+        self.assertEqual((await self.env.exec(["sh", "-c", "kill -KILL $$"], timeout=1)).returncode, 137)
+
     async def test_exec_timeout_kills_process(self) -> None:
         m = marker("timeout_test")
         with self.assertRaises(TimeoutError):
@@ -332,6 +338,11 @@ class SelfCheck:
     async def test_default_limit_fits(self) -> None:
         r = await self.env.exec(["sh", "-c", "head -c 10485760 /dev/zero | tr '\\0' a"])
         self.assertEqual(len(r.stdout), 10 * MiB)
+
+    async def test_exec_concurrent(self) -> None:
+        # inspect may call exec on one sandbox at once; they run one at a time.
+        rs = await asyncio.gather(*[self.env.exec(["sh", "-c", f"sleep 0.1; echo {i}"]) for i in range(4)])
+        self.assertEqual([r.stdout for r in rs], ["0\n", "1\n", "2\n", "3\n"])
 
     async def test_boundary_settles_leftovers(self) -> None:
         m = marker("leftover")
