@@ -392,6 +392,11 @@ class Adapter(unittest.TestCase):
         self.assertEqual(ri.sandbox_config("trial-2"), {"container": "trial-2", **ri.sandbox_config(None)})
         with self.assertRaises(ValueError):
             ri.sandbox_config({"containr": "x"})
+        # inspect's SandboxEnvironmentSpec passes a dict config through config_deserialize.
+        cfg = {"container": "trial-1", "token_file": "/run/relayd/token"}
+        self.assertEqual(ri.RelaydSandboxEnvironment.config_deserialize(cfg), cfg)
+        with self.assertRaises(ValueError):
+            ri.RelaydSandboxEnvironment.config_deserialize({"containr": "x"})
 
     def test_registered(self) -> None:
         self.assertIs(iu.REGISTRY["relayd"], ri.RelaydSandboxEnvironment)

@@ -132,6 +132,17 @@ class RelaydSandboxEnvironment(_util.SandboxEnvironment):  # type: ignore[misc]
         self._cwd: str = str(cfg.get("cwd") or (ready.cwd if ready else "") or "/")
 
     @classmethod
+    def config_deserialize(cls, config: Dict[str, Any]) -> Any:
+        """inspect hands a mapping config here (SandboxEnvironmentSpec's
+        validator, a log read back); it stays a checked dict, which the
+        spec's config field (Any) holds as it is."""
+        out = dict(config)
+        unknown = sorted(set(out) - set(_FIELDS))
+        if unknown:
+            raise ValueError(f"relayd sandbox config: unknown fields {unknown}; known: {list(_FIELDS)}")
+        return out
+
+    @classmethod
     async def sample_init(cls, task_name: str, config: Any, metadata: Dict[str, str]) -> Dict[str, Any]:
         cfg = sandbox_config(config)
         argv, token = bridge_argv(cfg), _token(cfg)
