@@ -223,6 +223,71 @@ class LocalHarborTest(HarborCases, unittest.TestCase):
         self.assertIn("relayd_client.harbor needs Harbor (the harbor package: pip install harbor)", p.stdout)
 
 
+def readme_section() -> str:
+    """README.md's "### With Harbor" section, checked to come right after
+    "### A Harbor-style trial"."""
+    from relayd_fixture import REPO
+
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    assert len(text.encode()) < 30_000, "README.md must stay under 30,000 bytes"
+    start = text.find("\n### With Harbor\n")
+    assert start >= 0, 'README.md has no "### With Harbor" section'
+    before = text[:start]
+    previous = before[before.rfind("\n### ") + 1:].split("\n", 1)[0]
+    # Right after the Harbor-style trial (or after inspect_ai's section, placed there too).
+    assert previous in ("### A Harbor-style trial", "### With inspect_ai"), \
+        f'"### With Harbor" follows {previous!r}; want "### A Harbor-style trial"'
+    section = text[start + 1:]
+    ends = [i for i in (section.find("\n## "), section.find("\n### ", 4)) if i >= 0]
+    return section[:min(ends)] if ends else section
+
+
+class ReadmeHarborTest(NoLeaks, unittest.TestCase):
+    """The README's harbor run line: its import path and keywords, given to
+    Harbor's loader (the stand-in's), make an environment that does what
+    the section says: a deadline kills a setsid escapee, and the
+    verifier's upload of /tests ends what the agent left."""
+
+    def setUp(self) -> None:
+        self._leak_setup()
+        self.addCleanup(self._leak_check)
+        self.d = Relayd()
+        self.addCleanup(self.d.close)
+
+    def test_with_harbor(self) -> None:
+        from harbor.environments.factory import EnvironmentFactory
+
+        section = readme_section()
+        self.assertLess(len(section.encode()), 1500, "the README's Harbor section must stay under 1.5 KB")
+        words = section[section.index("$ harbor run"):].split("\n\n")[0].replace("\\\n", " ").split()
+        import_path = words[words.index("--environment-import-path") + 1]
+        self.assertEqual(import_path, IMPORT_PATH)
+        kwargs = dict(words[i + 1].split("=", 1) for i, w in enumerate(words) if w == "--environment-kwarg")
+        self.assertEqual(set(kwargs), {"relayd_token_file"})
+        kwargs["relayd_token_file"] = os.path.join(self.d.dir, "token")  # the fixture's token file
+        tmp = tempfile.mkdtemp(prefix="relayd-harbor-readme-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        e = EnvironmentFactory.create_environment_from_import_path(
+            import_path, environment_dir=Path(tmp), environment_name="task", session_id="task__1", trial_paths=None,
+            task_env_config=None, logger=None, relayd_bridge=[relayd_binary(), "bridge", "--socket", self.d.socket],
+            **kwargs)
+
+        async def go() -> None:
+            r = await e.exec(f"setsid sh -c 'echo $$ > {tmp}/escapee; exec sleep 300' & sleep 300", timeout_sec=1)
+            self.assertEqual(r.return_code, 124)
+            escapee = int(Path(tmp, "escapee").read_text())
+            self.assertFalse((await e.exec(f"kill -0 {escapee}")).return_code == 0)
+            await e.exec(f"nohup sh -c 'echo $$ > {tmp}/agent; exec sleep 300' >/dev/null 2>&1 &")
+            wait_for("the agent's pid", lambda: os.path.exists(f"{tmp}/agent") and os.path.getsize(f"{tmp}/agent") > 0)
+            agent = int(Path(tmp, "agent").read_text())
+            os.mkdir(f"{tmp}/tests")
+            with mock.patch.object(rh, "TESTS_DIR", f"{tmp}/in-env-tests"):
+                await e.upload_dir(f"{tmp}/tests", f"{tmp}/in-env-tests")
+            self.assertFalse((await e.exec(f"kill -0 {agent}")).return_code == 0, "the agent's process met the verifier")
+        asyncio.run(go())
+
+
 @unittest.skipUnless(os.environ.get("RELAYD_HARBOR_CONTAINER") and os.environ.get("RELAYD_TOKEN_FILE"),
                      "RELAYD_HARBOR_CONTAINER and RELAYD_TOKEN_FILE unset (e2e/docker_harbor_test.go sets them)")
 class DockerHarborTest(HarborCases, unittest.TestCase):
