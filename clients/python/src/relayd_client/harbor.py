@@ -59,6 +59,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from .client import Client
+from .errors import ConnectionLostError, ReplyTimeoutError
 from .results import Verified
 
 __all__ = ["RelaydDockerEnvironment", "RelaydEnvironmentMixin", "COMPOSE_OVERLAY", "TESTS_DIR"]
@@ -165,7 +166,7 @@ class RelaydEnvironmentMixin:
         while True:
             try:
                 return await asyncio.to_thread(Client.over_command, argv, self._relayd_token, ready_timeout=30)
-            except Exception:
+            except (ConnectionLostError, ReplyTimeoutError, OSError):  # not yet listening; a refusal is raised
                 if loop.time() >= deadline:
                     raise
                 await asyncio.sleep(0.2)
