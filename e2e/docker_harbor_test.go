@@ -78,7 +78,7 @@ func runHarborPython(t *testing.T, c, tokenFile string) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, python, "-X", "dev", "-W", "error", "-m", "unittest", "-v", "test_harbor.DockerHarborTest")
 	cmd.Dir = filepath.Join("..", "clients", "python")
-	cmd.Env = append(cleanEnv(), "PYTHONPATH=src:tests", "RELAYD_HARBOR_CONTAINER="+c, "RELAYD_TOKEN_FILE="+tokenFile)
+	cmd.Env = append(cleanEnv(), "PYTHONPATH=src:tests", "RELAYD_HARBOR_CONTAINER="+c, "RELAYD_TOKEN_FILE="+tokenFile, "RELAYD_IMAGE="+relaydImage())
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()

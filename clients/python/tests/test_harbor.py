@@ -297,6 +297,25 @@ class DockerHarborTest(HarborCases, unittest.TestCase):
     def token_kwargs(self) -> dict:
         return {"relayd_token_file": os.environ["RELAYD_TOKEN_FILE"]}
 
+    def test_start_copies_relayd_and_finds_main(self) -> None:
+        """Without relayd_bridge, as Harbor runs it: start copies relayd out
+        of its image for the overlay, and exec finds the main container
+        with docker compose ps (the stand-in answers the test's container)."""
+        async def go() -> None:
+            e = self.env()
+            e._relayd_bridge = None
+            with mock.patch.dict(os.environ, {"RELAYD_BIN": ""}):
+                await e.start(force_build=False)
+            binary = e._compose_task_env["RELAYD_BIN"]
+            self.addCleanup(shutil.rmtree, os.path.dirname(binary), True)
+            self.assertEqual(e._compose_task_env["RELAYD_TOKEN_FILE"], os.path.abspath(os.environ["RELAYD_TOKEN_FILE"]))
+            p = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn(["ps", "-q", "main"], e.compose_calls)
+            r = await e.exec("echo through docker exec")
+            self.assertEqual((r.stdout, r.return_code), ("through docker exec\n", 0))
+        self.run_async(go())
+
 
 if __name__ == "__main__":
     unittest.main()

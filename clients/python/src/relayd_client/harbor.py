@@ -124,7 +124,10 @@ class RelaydEnvironmentMixin:
         relayd image once per image, unless given) and RELAYD_TOKEN_FILE."""
         binary = os.environ.get("RELAYD_BIN")
         if not binary:
-            cache = Path(tempfile.gettempdir()) / ("relayd-harbor-" + self._relayd_image.replace("/", "_").replace(":", "_"))
+            # Cached by the image's id, not its tag: a rebuilt relayd:dev is copied anew.
+            image_id = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", self._relayd_image], check=True,
+                                      capture_output=True, text=True, timeout=60).stdout.strip()
+            cache = Path(tempfile.gettempdir()) / ("relayd-harbor-" + image_id.split(":")[-1][:24])
             binary = str(cache / "relayd")
             if not os.path.exists(binary):
                 cache.mkdir(exist_ok=True)
