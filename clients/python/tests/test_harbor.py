@@ -97,6 +97,7 @@ class HarborCases(NoLeaks):
             e.default_user = "nobody"  # Harbor sets it to the task's agent user
             self.assertEqual((await e.exec("id -u", cwd="/")).stdout, "65534\n")
             self.assertEqual((await e.exec("id -u", cwd="/", user="root")).stdout, "0\n")
+            self.assertEqual((await e.exec("id -u", cwd="/", user=65534)).stdout, "65534\n")  # a uid, as Harbor allows
         self.run_async(go())
 
     def test_timeout_is_a_deadline_that_kills_escapees(self) -> None:
@@ -211,6 +212,36 @@ class LocalHarborTest(HarborCases, unittest.TestCase):
 
     def token_kwargs(self) -> dict:
         return {"relayd_token": self.d.token}
+
+    def test_boundary_keeps_a_service_by_port(self) -> None:
+        """end_agent_phase(keep_ports=...): the service is found by the port it listens on."""
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+
+        async def go() -> None:
+            e = self.env()
+            pidfile = self.remote + ".http"
+            await e.exec(f"nohup sh -c 'echo $$ > {pidfile}; exec {sys.executable} -m http.server {port} --bind 127.0.0.1'"
+                         " >/dev/null 2>&1 &")
+            server = await self.pid(e, pidfile)
+
+            def listening() -> bool:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    return True
+                except OSError:
+                    return False
+            wait_for("the service to listen", listening, 20)
+            v = await e.end_agent_phase(keep_ports=[port])
+            self.assertNotIn(server, v.settled)
+            self.assertTrue(await self.alive(e, server))
+            v = await e.end_agent_phase()
+            self.assertIn(server, v.settled)
+            await e.exec(f"rm -f {pidfile}")
+        self.run_async(go())
 
     def test_without_harbor_a_clear_error(self) -> None:
         code = ("import relayd_client, relayd_client.harbor as h\n"
