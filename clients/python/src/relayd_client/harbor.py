@@ -1,0 +1,304 @@
+"""relayd_client.harbor: Harbor's Docker environment with its commands and
+files going through relayd. A Harbor user names it by import path:
+
+    harbor run ... --environment-import-path relayd_client.harbor:RelaydDockerEnvironment
+
+RelaydDockerEnvironment is Harbor's own DockerEnvironment (image build,
+``docker compose up``/``down``, mounts, network policy: inherited, not
+copied) with relayd's compose overlay (harbor-relayd.yaml, beside this
+file) added to its compose files, and with ``exec``, ``upload_file``,
+``upload_dir``, ``download_file`` and ``download_dir`` sent to relayd in
+the main service through ``docker exec -i MAIN relayd bridge``:
+
+- ``exec``: ``bash -c command`` with ``cwd``, ``env`` (merged with the
+  trial's persistent env, as Harbor does), ``user`` (or the environment's
+  ``default_user``) and ``timeout_sec`` as relayd's deadline (``timeoutMs``):
+  when it passes relayd kills the command's whole scope, ``setsid``
+  escapees included, and the result is exit 124. stdout and stderr come
+  apart; ``return_code`` is the real exit code. A cancelled ``exec`` (Harbor's
+  ``asyncio.wait_for`` around the agent) closes its connection, so relayd
+  settles what that command runs instead of leaving it behind.
+- files: relayd's ``put``/``get`` (chunked, sha256-checked, atomic).
+  Directories go as one tar file: tarred here with ``tarfile``, sent with
+  ``upload_file`` and unpacked there with ``tar -x``; back the same way
+  (``tar -c`` there, ``download_file``, unpacked here with tarfile's data
+  filter). Chosen over ``execute tar`` with the tar on stdin because stdin
+  goes in one message (at most relayd's --max-line-bytes, 1 MiB, as
+  base64), while files go in chunks up to --max-file-bytes.
+- ``end_agent_phase(keep=..., keep_ports=...)``: the trial boundary
+  (``verify(all=True, survivors="settle")``): every execution ends and what
+  they left is settled, but for the kept pids (and the processes listening
+  on ``keep_ports``). It is called on its own before the verifier uploads
+  its tests (``upload_dir`` to ``/tests``, what Harbor's Verifier does
+  first) unless ``relayd_boundary_before_tests=False``, so nothing the agent
+  started runs into the verifier's time.
+
+Constructor keywords (Harbor passes ``--environment-kwarg``s through):
+``relayd_token_file`` (default ``$RELAYD_TOKEN_FILE``) or ``relayd_token``;
+``relayd_bridge`` (an argv, or a string split like a shell's, reaching
+``relayd bridge``; default: ``docker exec -i MAIN relayd bridge``);
+``relayd_image`` (default ``$RELAYD_IMAGE`` or ``relayd:dev``), from which
+``start`` copies the binary that the overlay mounts, unless ``$RELAYD_BIN``
+names one. Harbor itself is imported only when the class is first used
+(this module imports without it); without Harbor that raises ImportError
+saying so. The token is never logged or put on a command line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import io
+import os
+import secrets
+import shlex
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path, PurePosixPath
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from .client import Client
+from .errors import ConnectionLostError, ReplyTimeoutError
+from .results import Verified
+
+__all__ = ["RelaydDockerEnvironment", "RelaydEnvironmentMixin", "COMPOSE_OVERLAY", "TESTS_DIR"]
+
+#: The compose file that puts relayd into the task's main service.
+COMPOSE_OVERLAY = Path(__file__).with_name("harbor-relayd.yaml")
+#: Where Harbor's Verifier uploads a task's tests before it runs them.
+TESTS_DIR = "/tests"
+
+_MISSING = (
+    "relayd_client.harbor needs Harbor (the harbor package: pip install harbor), "
+    "which is not installed here; relayd_client itself needs no framework"
+)
+
+
+class RelaydEnvironmentMixin:
+    """The relayd half of RelaydDockerEnvironment, put before Harbor's
+    DockerEnvironment in its bases; see the module's doc."""
+
+    def __init__(
+        self,
+        *args: Any,
+        relayd_token_file: Optional[str] = None,
+        relayd_token: Optional[str] = None,
+        relayd_bridge: Union[str, Sequence[str], None] = None,
+        relayd_image: Optional[str] = None,
+        relayd_boundary_before_tests: Union[bool, str] = True,
+        **kwargs: Any,
+    ) -> None:
+        token_file = relayd_token_file or os.environ.get("RELAYD_TOKEN_FILE")
+        if relayd_token is None:
+            if not token_file:
+                raise ValueError("relayd_client.harbor: give relayd_token_file (or set RELAYD_TOKEN_FILE): "
+                                 "the file holding relayd's token, mounted as the main service's secret")
+            with open(token_file, encoding="utf-8") as f:
+                relayd_token = f.read().strip()
+        self._relayd_token = relayd_token
+        self._relayd_token_file = token_file
+        self._relayd_bridge: Optional[List[str]] = (
+            shlex.split(relayd_bridge) if isinstance(relayd_bridge, str) else
+            None if relayd_bridge is None else list(relayd_bridge))
+        self._relayd_image = relayd_image or os.environ.get("RELAYD_IMAGE") or "relayd:dev"
+        b = relayd_boundary_before_tests
+        self._relayd_boundary_before_tests = b if isinstance(b, bool) else b.lower() not in ("0", "false", "no")
+        self._relayd_agent_ended = False
+        super().__init__(*args, **kwargs)
+
+    # -- Harbor's container management, extended --
+
+    @property
+    def _docker_compose_paths(self) -> List[Path]:
+        return list(super()._docker_compose_paths) + [COMPOSE_OVERLAY]  # type: ignore[misc]
+
+    async def start(self, force_build: bool) -> None:
+        if self._relayd_bridge is None:
+            self._relayd_compose_env()
+        self._relayd_agent_ended = False
+        await super().start(force_build)  # type: ignore[misc]
+
+    def _relayd_compose_env(self) -> None:
+        """The variables the overlay reads: RELAYD_BIN (copied out of the
+        relayd image once per image, unless given) and RELAYD_TOKEN_FILE."""
+        binary = os.environ.get("RELAYD_BIN")
+        if not binary:
+            # Cached by the image's id, not its tag: a rebuilt relayd:dev is copied anew.
+            image_id = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", self._relayd_image], check=True,
+                                      capture_output=True, text=True, timeout=60).stdout.strip()
+            cache = Path(tempfile.gettempdir()) / ("relayd-harbor-" + image_id.split(":")[-1][:24])
+            binary = str(cache / "relayd")
+            if not os.path.exists(binary):
+                cache.mkdir(exist_ok=True)
+                cid = subprocess.run(["docker", "create", self._relayd_image, "/relayd"], check=True,
+                                     capture_output=True, text=True, timeout=120).stdout.strip()
+                try:
+                    subprocess.run(["docker", "cp", cid + ":/relayd", binary + ".part"], check=True,
+                                   capture_output=True, timeout=120)
+                finally:
+                    subprocess.run(["docker", "rm", cid], capture_output=True, timeout=60)
+                os.replace(binary + ".part", binary)
+        env = {"RELAYD_BIN": binary}
+        if self._relayd_token_file:
+            env["RELAYD_TOKEN_FILE"] = os.path.abspath(self._relayd_token_file)
+        compose_env = getattr(self, "_compose_task_env", None)
+        if isinstance(compose_env, dict):  # Harbor's variables for compose only
+            compose_env.update(env)
+        else:
+            os.environ.update(env)
+
+    # -- the channel --
+
+    async def _relayd_argv(self) -> List[str]:
+        if self._relayd_bridge is not None:
+            return self._relayd_bridge
+        r = await self._run_docker_compose_command(["ps", "-q", "main"])  # type: ignore[attr-defined]
+        container = (r.stdout or "").strip()
+        if not container:
+            raise RuntimeError("relayd_client.harbor: docker compose ps names no main container: is the environment started?")
+        return ["docker", "exec", "-i", container, "relayd", "bridge"]
+
+    async def _relayd_connect(self) -> Client:
+        """A connection of its own for each call (relayd runs one execution per
+        connection; Harbor may run several at once). Right after ``compose up``
+        relayd may not listen yet: the bridge is retried for 30 s."""
+        argv = await self._relayd_argv()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while True:
+            try:
+                return await asyncio.to_thread(Client.over_command, argv, self._relayd_token, ready_timeout=30)
+            except (ConnectionLostError, ReplyTimeoutError, OSError):  # not yet listening; a refusal is raised
+                if loop.time() >= deadline:
+                    raise
+                await asyncio.sleep(0.2)
+
+    async def _relayd_call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """fn(client, ...) in a thread on a new connection. Cancelled (an
+        agent's timeout in Harbor), the connection is closed at once: relayd
+        takes that as the controller gone and settles what the call ran."""
+        c = await self._relayd_connect()
+        try:
+            return await asyncio.to_thread(fn, c, *args, **kwargs)
+        finally:
+            c.close()
+
+    # -- BaseEnvironment, through relayd --
+
+    async def exec(
+        self,
+        command: str,
+        cwd: Optional[str] = None,
+        env: Optional[Dict[str, str]] = None,
+        timeout_sec: Optional[float] = None,
+        user: Union[str, int, None] = None,
+    ) -> Any:
+        resolve = getattr(self, "_resolve_user", None)
+        user = resolve(user) if resolve is not None else user
+        merge = getattr(self, "_merge_env", None)
+        env = merge(env) if merge is not None else env
+        timeout_ms = None if not timeout_sec else max(1, int(round(float(timeout_sec) * 1000)))
+        r = await self._relayd_call(
+            Client.execute, "bash", ["-c", command], environment=env, cwd=cwd, timeout_ms=timeout_ms,
+            capture_stderr=True, user=None if user is None else str(user))
+        return _harbor("harbor.environments.base").ExecResult(stdout=r.stdout, stderr=r.stderr, return_code=r.exit_code)
+
+    async def upload_file(self, source_path: Union[Path, str], target_path: str) -> None:
+        with open(source_path, "rb") as f:
+            mode = os.fstat(f.fileno()).st_mode & 0o7777
+            await self._relayd_call(Client.upload_file, target_path, f, mode=mode, parents=True, timeout=None)
+
+    async def download_file(self, source_path: str, target_path: Union[Path, str]) -> None:
+        target = Path(target_path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "wb") as f:
+            await self._relayd_call(Client.download_file_to, source_path, f)
+
+    async def upload_dir(self, source_dir: Union[Path, str], target_dir: str) -> None:
+        if self._relayd_boundary_before_tests and PurePosixPath(target_dir) == PurePosixPath(TESTS_DIR) \
+                and not self._relayd_agent_ended:
+            await self.end_agent_phase()
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            tar.add(str(source_dir), arcname=".")
+        buf.seek(0)
+        tmp = "/tmp/.relayd-harbor-" + secrets.token_hex(8) + ".tar"
+        await self._relayd_call(Client.upload_file, tmp, buf, mode=0o600)
+        q = shlex.quote
+        await self._relayd_tar(f"mkdir -p {q(target_dir)} && tar -x -f {q(tmp)} -C {q(target_dir)}; s=$?; rm -f {q(tmp)}; exit $s")
+
+    async def download_dir(self, source_dir: str, target_dir: Union[Path, str]) -> None:
+        tmp = "/tmp/.relayd-harbor-" + secrets.token_hex(8) + ".tar"
+        q = shlex.quote
+        await self._relayd_tar(f"tar -c -f {q(tmp)} -C {q(source_dir)} .")
+        try:
+            buf = io.BytesIO()
+            await self._relayd_call(Client.download_file_to, tmp, buf)
+        finally:
+            await self._relayd_tar(f"rm -f {q(tmp)}")
+        buf.seek(0)
+        Path(target_dir).mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=buf, mode="r") as tar:
+            _extract(tar, str(target_dir))
+
+    async def _relayd_tar(self, script: str) -> None:
+        r = await self._relayd_call(Client.execute, "sh", ["-c", script], capture_stderr=True, timeout_ms=600_000)
+        if r.exit_code != 0:
+            raise RuntimeError(f"relayd_client.harbor: {script!r} in the environment exited {r.exit_code}: {r.stderr}")
+
+    # -- the trial boundary --
+
+    async def end_agent_phase(self, keep: Sequence[int] = (), keep_ports: Sequence[int] = ()) -> Verified:
+        """Ends the agent phase with relayd's trial boundary: every execution
+        of the environment ends, and what they left is settled, except the
+        pids in ``keep`` and the processes listening on ``keep_ports`` (a
+        service the verifier needs), and their descendants. Returns
+        relayd's Verified (``settled``, ``survivors``, ``quiescent``)."""
+
+        def boundary(c: Client) -> Verified:
+            kept = list(keep)
+            if keep_ports:
+                ports = set(keep_ports)
+                kept += [s.pid for s in c.verify(all=True).survivors if ports & set(s.listens)]
+            return c.verify(all=True, survivors="settle", keep=kept)
+
+        v: Verified = await self._relayd_call(boundary)
+        self._relayd_agent_ended = True
+        return v
+
+
+def _extract(tar: tarfile.TarFile, dest: str) -> None:
+    if hasattr(tarfile, "data_filter"):
+        extractall: Any = tar.extractall  # filter=: Python 3.12, and 3.9.17+ and 3.11.4+ by backport
+        extractall(dest, filter="data")
+        return
+    root = os.path.realpath(dest)  # a Python without extraction filters: check each member
+    for m in tar.getmembers():
+        path = os.path.realpath(os.path.join(dest, m.name))
+        if not (m.isfile() or m.isdir()) or os.path.commonpath([root, path]) != root:
+            raise RuntimeError(f"relayd_client.harbor: refusing tar member {m.name!r} (outside the target, or a link or device)")
+    tar.extractall(dest)
+
+
+def _harbor(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(f"{_MISSING} ({e})") from e
+
+
+_classes: Dict[str, type] = {}
+
+
+def __getattr__(name: str) -> Any:
+    """RelaydDockerEnvironment, made on first use: Harbor is imported then."""
+    if name != "RelaydDockerEnvironment":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _classes:
+        base = _harbor("harbor.environments.docker.docker").DockerEnvironment
+        _classes[name] = type(name, (RelaydEnvironmentMixin, base), {
+            "__module__": __name__,
+            "__doc__": "Harbor's DockerEnvironment with exec and files through relayd (see relayd_client.harbor).",
+        })
+    return _classes[name]

@@ -1,0 +1,1 @@
+"""Stand-in for harbor.environments (see the harbor package's doc)."""

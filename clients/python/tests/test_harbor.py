@@ -1,0 +1,352 @@
+"""relayd_client.harbor, Harbor's Docker environment through relayd, loaded
+the way Harbor loads an environment named by import path, against a real
+relayd. Harbor cannot be installed here: tests/stand_ins/harbor is a
+stand-in for its base classes and result type, written here (its doc says
+which of Harbor's files it mirrors).
+
+LocalHarborTest reaches a relayd of its own through ``relayd bridge
+--socket`` (make pytest, no Docker). DockerHarborTest runs the same tests
+through ``docker exec -i C relayd bridge`` against the container
+$RELAYD_HARBOR_CONTAINER with the token in $RELAYD_TOKEN_FILE
+(e2e/docker_harbor_test.go starts one); without them it is skipped."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+from typing import Any, List
+from unittest import mock
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "stand_ins"))
+
+import relayd_client.harbor as rh  # noqa: E402
+from relayd_fixture import NoLeaks, Relayd, relayd_binary, subject_pythonpath, wait_for  # noqa: E402
+
+IMPORT_PATH = "relayd_client.harbor:RelaydDockerEnvironment"
+
+
+class HarborCases(NoLeaks):
+    """The tests, for a channel given by bridge() and token_kwargs()."""
+
+    def bridge(self) -> List[str]:
+        raise NotImplementedError
+
+    def token_kwargs(self) -> dict:
+        raise NotImplementedError
+
+    def setUp(self) -> None:
+        self._leak_setup()
+        self.addCleanup(self._leak_check)
+        self.local = tempfile.mkdtemp(prefix="relayd-harbor-local-")
+        self.addCleanup(shutil.rmtree, self.local, True)
+        # A path in the environment (the host's /tmp locally, the container's in Docker).
+        self.remote = "/tmp/relayd-harbor-test-" + secrets.token_hex(6)
+
+    def env(self, **kwargs: Any) -> Any:
+        from harbor.environments.factory import EnvironmentFactory
+
+        return EnvironmentFactory.create_environment_from_import_path(
+            IMPORT_PATH, environment_dir=Path(self.local), environment_name="task", session_id="task__1",
+            trial_paths=None, task_env_config=None, logger=None, relayd_bridge=self.bridge(),
+            **self.token_kwargs(), **kwargs)
+
+    def run_async(self, coro: Any) -> Any:
+        return asyncio.run(coro)
+
+    async def alive(self, e: Any, pid: int) -> bool:
+        r = await e.exec(f"kill -0 {pid}")
+        return bool(r.return_code == 0)
+
+    async def pid(self, e: Any, path: str) -> int:
+        for _ in range(200):
+            r = await e.exec(f"cat {path}")
+            if r.return_code == 0 and r.stdout.strip():
+                return int(r.stdout.split()[0])
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"no pid in {path}")
+
+    def test_loaded_by_import_path_reusing_docker_environment(self) -> None:
+        from harbor.environments.docker.docker import DockerEnvironment
+
+        async def go() -> None:
+            e = self.env()
+            self.assertIsInstance(e, DockerEnvironment)
+            self.assertEqual(e._docker_compose_paths[-1], rh.COMPOSE_OVERLAY)
+            await e.start(force_build=False)  # Harbor's start: compose up, then a chmod through exec
+            await e.stop(delete=True)
+            self.assertEqual(e.compose_calls, [["up", "--detach", "--wait"], ["down"]])
+        self.run_async(go())
+
+    def test_exec_streams_exit_code_cwd_env_user(self) -> None:
+        async def go() -> None:
+            e = self.env(persistent_env={"P": "persistent", "Q": "q"})
+            r = await e.exec("echo out; echo err >&2; exit 3")
+            self.assertEqual((r.stdout, r.stderr, r.return_code), ("out\n", "err\n", 3))
+            r = await e.exec('pwd; echo "$P $Q $FOO"', cwd="/tmp", env={"FOO": "bar", "Q": "exec"})
+            self.assertEqual((r.stdout, r.return_code), ("/tmp\npersistent exec bar\n", 0))
+            # cwd /: the local relayd's workspace is its test directory's, mode 0700.
+            r = await e.exec("id -un", cwd="/", user="nobody")
+            self.assertEqual((r.stdout, r.stderr, r.return_code), ("nobody\n", "", 0))
+            e.default_user = "nobody"  # Harbor sets it to the task's agent user
+            self.assertEqual((await e.exec("id -u", cwd="/")).stdout, "65534\n")
+            self.assertEqual((await e.exec("id -u", cwd="/", user="root")).stdout, "0\n")
+            self.assertEqual((await e.exec("id -u", cwd="/", user=65534)).stdout, "65534\n")  # a uid, as Harbor allows
+        self.run_async(go())
+
+    def test_timeout_is_a_deadline_that_kills_escapees(self) -> None:
+        async def go() -> None:
+            e = self.env()
+            pidfile = self.remote + ".escapee"
+            r = await e.exec(f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' & echo started; sleep 300",
+                             timeout_sec=1)
+            self.assertEqual((r.return_code, r.stdout), (124, "started\n"))
+            self.assertFalse(await self.alive(e, await self.pid(e, pidfile)), "the setsid escapee outlived the deadline")
+            await e.exec(f"rm -f {pidfile}")
+        self.run_async(go())
+
+    def test_cancelled_exec_is_settled(self) -> None:
+        """Harbor ends an agent with asyncio.wait_for: the cancelled exec's
+        connection closes, and relayd settles what it ran."""
+        async def go() -> None:
+            e = self.env()
+            pidfile = self.remote + ".cancelled"
+            with self.assertRaises(asyncio.TimeoutError):
+                await asyncio.wait_for(e.exec(f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' & sleep 300"), 2)
+            pid = await self.pid(e, pidfile)
+            for _ in range(200):
+                if not await self.alive(e, pid):
+                    break
+                await asyncio.sleep(0.05)
+            self.assertFalse(await self.alive(e, pid), "a cancelled exec's escapee runs on")
+            await e.exec(f"rm -f {pidfile}")
+        self.run_async(go())
+
+    def test_file_round_trip(self) -> None:
+        async def go() -> None:
+            e = self.env()
+            src = Path(self.local, "in.sh")
+            src.write_bytes(b"#!/bin/sh\necho hi\n" + bytes(range(256)) * 2000)
+            src.chmod(0o755)
+            await e.upload_file(src, self.remote + "/sub/run.sh")
+            r = await e.exec(f"stat -c %a {self.remote}/sub/run.sh; head -2 {self.remote}/sub/run.sh")
+            self.assertEqual(r.stdout, "755\n#!/bin/sh\necho hi\n")
+            await e.download_file(self.remote + "/sub/run.sh", Path(self.local, "back", "run.sh"))
+            self.assertEqual(Path(self.local, "back", "run.sh").read_bytes(), src.read_bytes())
+            await e.exec(f"rm -rf {self.remote}")
+        self.run_async(go())
+
+    def test_dir_round_trip(self) -> None:
+        async def go() -> None:
+            e = self.env()
+            src = Path(self.local, "tree")
+            (src / "a" / "b").mkdir(parents=True)
+            (src / "top.txt").write_text("top\n")
+            (src / "a" / "b" / "deep.bin").write_bytes(os.urandom(300_000))
+            (src / "a" / "x.sh").write_text("#!/bin/sh\n")
+            (src / "a" / "x.sh").chmod(0o755)
+            await e.upload_dir(src, self.remote + "/tree")
+            r = await e.exec("cat top.txt; stat -c %a a/x.sh; ls /tmp/.relayd-harbor-* 2>/dev/null | wc -l",
+                             cwd=self.remote + "/tree")
+            self.assertEqual(r.stdout, "top\n755\n0\n")
+            out = Path(self.local, "out")
+            await e.download_dir(self.remote + "/tree", out)
+            for f in ("top.txt", "a/b/deep.bin", "a/x.sh"):
+                self.assertEqual((out / f).read_bytes(), (src / f).read_bytes(), f)
+            self.assertEqual((out / "a" / "x.sh").stat().st_mode & 0o777, 0o755)
+            await e.exec(f"rm -rf {self.remote}")
+        self.run_async(go())
+
+    def test_agent_phase_ends_at_the_boundary(self) -> None:
+        """What the agent left stops at end_agent_phase, but for the kept service."""
+        async def go() -> None:
+            e = self.env()
+            beat, svc = self.remote + ".beat", self.remote + ".svc"
+            await e.exec(f"nohup sh -c 'echo $$ > {beat}.pid; while :; do date > {beat}; sleep 0.1; done' >/dev/null 2>&1 &")
+            await e.exec(f"nohup sh -c 'echo $$ > {svc}; exec sleep 300' >/dev/null 2>&1 &")
+            loop, service = await self.pid(e, beat + ".pid"), await self.pid(e, svc)
+            v = await e.end_agent_phase(keep=[service])
+            self.assertTrue(v.quiescent)
+            self.assertIn(loop, v.settled)
+            self.assertNotIn(service, v.settled)
+            self.assertFalse(await self.alive(e, loop))
+            self.assertTrue(await self.alive(e, service))
+            await e.end_agent_phase()  # and the service, at the trial's end
+            self.assertFalse(await self.alive(e, service))
+            await e.exec(f"rm -f {beat} {beat}.pid {svc}")
+        self.run_async(go())
+
+    def test_verifier_upload_ends_the_agent_phase(self) -> None:
+        """Harbor's Verifier uploads the tests first: that is the boundary."""
+        async def go() -> None:
+            e = self.env()
+            tests = Path(self.local, "tests")
+            tests.mkdir()
+            (tests / "test.sh").write_text("exit 0\n")
+            pidfile = self.remote + ".agent"
+            await e.exec(f"nohup sh -c 'echo $$ > {pidfile}; exec sleep 300' >/dev/null 2>&1 &")
+            agent = await self.pid(e, pidfile)
+            with mock.patch.object(rh, "TESTS_DIR", self.remote + "/tests"):
+                await e.upload_dir(tests, self.remote + "/tests")
+            self.assertFalse(await self.alive(e, agent), "the agent's process runs into the verifier's time")
+            r = await e.exec(f"sh {self.remote}/tests/test.sh")
+            self.assertEqual(r.return_code, 0)
+            await e.exec(f"rm -rf {self.remote} {pidfile}")
+        self.run_async(go())
+
+
+class LocalHarborTest(HarborCases, unittest.TestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.d = Relayd()
+        self.addCleanup(self.d.close)
+
+    def bridge(self) -> List[str]:
+        return [relayd_binary(), "bridge", "--socket", self.d.socket]
+
+    def token_kwargs(self) -> dict:
+        return {"relayd_token": self.d.token}
+
+    def test_boundary_keeps_a_service_by_port(self) -> None:
+        """end_agent_phase(keep_ports=...): the service is found by the port it listens on."""
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+
+        async def go() -> None:
+            e = self.env()
+            pidfile = self.remote + ".http"
+            await e.exec(f"nohup sh -c 'echo $$ > {pidfile}; exec {sys.executable} -m http.server {port} --bind 127.0.0.1'"
+                         " >/dev/null 2>&1 &")
+            server = await self.pid(e, pidfile)
+
+            def listening() -> bool:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    return True
+                except OSError:
+                    return False
+            wait_for("the service to listen", listening, 20)
+            v = await e.end_agent_phase(keep_ports=[port])
+            self.assertNotIn(server, v.settled)
+            self.assertTrue(await self.alive(e, server))
+            v = await e.end_agent_phase()
+            self.assertIn(server, v.settled)
+            await e.exec(f"rm -f {pidfile}")
+        self.run_async(go())
+
+    def test_without_harbor_a_clear_error(self) -> None:
+        code = ("import relayd_client, relayd_client.harbor as h\n"
+                "try:\n    h.RelaydDockerEnvironment\nexcept ImportError as e:\n    print(e)\n")
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env["PYTHONPATH"] = subject_pythonpath()
+        p = subprocess.run([sys.executable, "-X", "dev", "-W", "error", "-c", code], env=env,
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual((p.returncode, p.stderr), (0, ""))
+        self.assertIn("relayd_client.harbor needs Harbor (the harbor package: pip install harbor)", p.stdout)
+
+
+def readme_section() -> str:
+    """README.md's "### With Harbor" section, checked to come right after
+    "### A Harbor-style trial"."""
+    from relayd_fixture import REPO
+
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    assert len(text.encode()) < 30_000, "README.md must stay under 30,000 bytes"
+    start = text.find("\n### With Harbor\n")
+    assert start >= 0, 'README.md has no "### With Harbor" section'
+    before = text[:start]
+    previous = before[before.rfind("\n### ") + 1:].split("\n", 1)[0]
+    # Right after the Harbor-style trial (or after inspect_ai's section, placed there too).
+    assert previous in ("### A Harbor-style trial", "### With inspect_ai"), \
+        f'"### With Harbor" follows {previous!r}; want "### A Harbor-style trial"'
+    section = text[start + 1:]
+    ends = [i for i in (section.find("\n## "), section.find("\n### ", 4)) if i >= 0]
+    return section[:min(ends)] if ends else section
+
+
+class ReadmeHarborTest(NoLeaks, unittest.TestCase):
+    """The README's harbor run line: its import path and keywords, given to
+    Harbor's loader (the stand-in's), make an environment that does what
+    the section says: a deadline kills a setsid escapee, and the
+    verifier's upload of /tests ends what the agent left."""
+
+    def setUp(self) -> None:
+        self._leak_setup()
+        self.addCleanup(self._leak_check)
+        self.d = Relayd()
+        self.addCleanup(self.d.close)
+
+    def test_with_harbor(self) -> None:
+        from harbor.environments.factory import EnvironmentFactory
+
+        section = readme_section()
+        self.assertLess(len(section.encode()), 1500, "the README's Harbor section must stay under 1.5 KB")
+        words = section[section.index("$ harbor run"):].split("\n\n")[0].replace("\\\n", " ").split()
+        import_path = words[words.index("--environment-import-path") + 1]
+        self.assertEqual(import_path, IMPORT_PATH)
+        kwargs = dict(words[i + 1].split("=", 1) for i, w in enumerate(words) if w == "--environment-kwarg")
+        self.assertEqual(set(kwargs), {"relayd_token_file"})
+        kwargs["relayd_token_file"] = os.path.join(self.d.dir, "token")  # the fixture's token file
+        tmp = tempfile.mkdtemp(prefix="relayd-harbor-readme-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        e = EnvironmentFactory.create_environment_from_import_path(
+            import_path, environment_dir=Path(tmp), environment_name="task", session_id="task__1", trial_paths=None,
+            task_env_config=None, logger=None, relayd_bridge=[relayd_binary(), "bridge", "--socket", self.d.socket],
+            **kwargs)
+
+        async def go() -> None:
+            r = await e.exec(f"setsid sh -c 'echo $$ > {tmp}/escapee; exec sleep 300' & sleep 300", timeout_sec=1)
+            self.assertEqual(r.return_code, 124)
+            escapee = int(Path(tmp, "escapee").read_text())
+            self.assertFalse((await e.exec(f"kill -0 {escapee}")).return_code == 0)
+            await e.exec(f"nohup sh -c 'echo $$ > {tmp}/agent; exec sleep 300' >/dev/null 2>&1 &")
+            wait_for("the agent's pid", lambda: os.path.exists(f"{tmp}/agent") and os.path.getsize(f"{tmp}/agent") > 0)
+            agent = int(Path(tmp, "agent").read_text())
+            os.mkdir(f"{tmp}/tests")
+            with mock.patch.object(rh, "TESTS_DIR", f"{tmp}/in-env-tests"):
+                await e.upload_dir(f"{tmp}/tests", f"{tmp}/in-env-tests")
+            self.assertFalse((await e.exec(f"kill -0 {agent}")).return_code == 0, "the agent's process met the verifier")
+        asyncio.run(go())
+
+
+@unittest.skipUnless(os.environ.get("RELAYD_HARBOR_CONTAINER") and os.environ.get("RELAYD_TOKEN_FILE"),
+                     "RELAYD_HARBOR_CONTAINER and RELAYD_TOKEN_FILE unset (e2e/docker_harbor_test.go sets them)")
+class DockerHarborTest(HarborCases, unittest.TestCase):
+    def bridge(self) -> List[str]:
+        return ["docker", "exec", "-i", os.environ["RELAYD_HARBOR_CONTAINER"], "relayd", "bridge"]
+
+    def token_kwargs(self) -> dict:
+        return {"relayd_token_file": os.environ["RELAYD_TOKEN_FILE"]}
+
+    def test_start_copies_relayd_and_finds_main(self) -> None:
+        """Without relayd_bridge, as Harbor runs it: start copies relayd out
+        of its image for the overlay, and exec finds the main container
+        with docker compose ps (the stand-in answers the test's container)."""
+        async def go() -> None:
+            e = self.env()
+            e._relayd_bridge = None
+            with mock.patch.dict(os.environ, {"RELAYD_BIN": ""}):
+                await e.start(force_build=False)
+            binary = e._compose_task_env["RELAYD_BIN"]
+            self.addCleanup(shutil.rmtree, os.path.dirname(binary), True)
+            self.assertEqual(e._compose_task_env["RELAYD_TOKEN_FILE"], os.path.abspath(os.environ["RELAYD_TOKEN_FILE"]))
+            p = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn(["ps", "-q", "main"], e.compose_calls)
+            r = await e.exec("echo through docker exec")
+            self.assertEqual((r.stdout, r.return_code), ("through docker exec\n", 0))
+        self.run_async(go())
+
+
+if __name__ == "__main__":
+    unittest.main()
