@@ -2,10 +2,10 @@
 """An evaluation harness on relayd_client, the way a benchmark runner uses it.
 
 For each trial: start a task container with relayd as its entrypoint
-(docker run as deploy/docker/run.sh does: port on the host's loopback, token
-file mounted read-only), run an "agent" with a deadline, end the agent's
-time with verify, run the verifier through relayd, print one line with what
-a harness records, and remove the container.
+(relayd_client.docker.DockerTrial: token file mounted read-only, relayd
+reached by docker exec -i relayd bridge), run an "agent" with a deadline,
+end the agent's time with verify, run the verifier through relayd, print
+one line with what a harness records, and remove the container.
 
     python3 examples/harness.py --image relayd-test-eval:TAG
 
@@ -20,14 +20,13 @@ import os
 import secrets
 import subprocess
 import sys
-import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLIENT_SRC = os.path.join(HERE, "..", "clients", "python", "src")
 sys.path.insert(0, CLIENT_SRC)  # without pip install relayd-client
 
-from relayd_client import Client, RelaydError  # noqa: E402
+from relayd_client import RelaydError  # noqa: E402
+from relayd_client.docker import DockerTrial  # noqa: E402
 
 RESULT = "python3 -c 'from relayd_client import write_result; write_result({\"answer\": 42})'"
 AGENTS = {
@@ -44,46 +43,13 @@ AGENTS = {
 VERIFIER = 'test "$(cat answer.txt 2>/dev/null)" = 42 && { [ ! -f service.pid ] || kill -0 "$(cat service.pid)"; }'
 
 
-def docker(*args: str) -> str:
-    return subprocess.run(["docker", *args], check=True, capture_output=True, text=True, timeout=120).stdout.strip()
-
-
-def connect(addr: str, token: str) -> Client:
-    """Docker's proxy accepts before relayd listens: retry ready until answered."""
-    deadline = time.monotonic() + 30
-    while True:
-        c = None
-        try:
-            c = Client(addr, token, connect_timeout=2, reply_timeout=2)
-            c.ready()
-            return c
-        except (OSError, RelaydError):
-            if c is not None:
-                c.close()
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
-
-
-def run_trial(image: str, name: str, agent: str, deadline_ms: int, tmp: str) -> dict:
-    token = secrets.token_hex(16)
-    token_file = os.path.join(tmp, name + ".token")
-    with open(os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
-        f.write(token + "\n")
-    try:
-        docker("run", "--detach", "--name", name, "--publish", "127.0.0.1::7700",
-               "--mount", f"type=bind,source={token_file},target=/run/relayd/token,readonly",
-               "--mount", f"type=bind,source={os.path.abspath(CLIENT_SRC)},target=/opt/relayd-client,readonly",
-               "--stop-timeout", "15", image)
-        addr = docker("port", name, "7700/tcp").splitlines()[0]
-        with connect(addr, token) as relayd:
-            run = relayd.execute("sh", ["-c", agent], environment={"PYTHONPATH": "/opt/relayd-client"},
-                                 result_token=secrets.token_hex(16), timeout_ms=deadline_ms)
-            verified = relayd.verify()  # the agent's time is over
-            check = relayd.execute("sh", ["-c", VERIFIER], timeout_ms=30_000)
-    finally:
-        subprocess.run(["docker", "rm", "--force", "--volumes", name], capture_output=True, timeout=120)
-        os.unlink(token_file)
+def run_trial(image: str, name: str, agent: str, deadline_ms: int) -> dict:
+    mount = f"type=bind,source={os.path.abspath(CLIENT_SRC)},target=/opt/relayd-client,readonly"
+    with DockerTrial(image, name=name, run_args=["--mount", mount, "--stop-timeout", "15"]) as relayd:
+        run = relayd.execute("sh", ["-c", agent], environment={"PYTHONPATH": "/opt/relayd-client"},
+                             result_token=secrets.token_hex(16), timeout_ms=deadline_ms)
+        verified = relayd.verify()  # the agent's time is over
+        check = relayd.execute("sh", ["-c", VERIFIER], timeout_ms=30_000)
     if not (run.environment_trusted and verified.quiescent and check.environment_trusted):
         outcome = "discarded"  # settling was not confirmed: the environment cannot be scored
     elif check.exit_code == 0:
@@ -111,14 +77,13 @@ def main() -> int:
     p.add_argument("--name-prefix", default="relayd-example-", help="container names start with this")
     a = p.parse_args()
     failed = 0
-    with tempfile.TemporaryDirectory() as tmp:
-        for agent in a.agents.split(","):
-            name = a.name_prefix + agent + "-" + secrets.token_hex(3)
-            try:
-                rec = run_trial(a.image, name, AGENTS[agent], int(a.deadline * 1000), tmp)
-            except (RelaydError, OSError, subprocess.SubprocessError) as e:
-                rec, failed = {"outcome": "error", "error": repr(e)}, failed + 1
-            print(f"trial={agent} " + " ".join(f"{k}={v}" for k, v in rec.items()), flush=True)
+    for agent in a.agents.split(","):
+        name = a.name_prefix + agent + "-" + secrets.token_hex(3)
+        try:
+            rec = run_trial(a.image, name, AGENTS[agent], int(a.deadline * 1000))
+        except (RelaydError, OSError, subprocess.SubprocessError) as e:
+            rec, failed = {"outcome": "error", "error": repr(e)}, failed + 1
+        print(f"trial={agent} " + " ".join(f"{k}={v}" for k, v in rec.items()), flush=True)
     return 1 if failed else 0
 
 

@@ -64,6 +64,7 @@ func (b *bench) dockerSection() {
 // remove after it.
 type dockerEnv struct {
 	name, taskImage, version, mechanism string
+	token                               string   // relayd's, for a second connection (the bridge)
 	tags                                []string // images built for this run only
 	dir                                 string   // the token file, the build context
 	cl                                  *benchClient
@@ -173,6 +174,7 @@ func (b *bench) dockerSetup() (*dockerEnv, string) {
 	// The container, started by the script the README prints; the token
 	// only in a file, mode 0600, mounted read-only.
 	token := randomHex(16)
+	env.token = token
 	tokenFile := filepath.Join(env.dir, "token")
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		return fail(err.Error())

@@ -36,11 +36,11 @@ import (
 
 // sectionNames are the parts of the run, in the order they run; --only
 // picks some of them.
-var sectionNames = []string{"roundtrip", "ssh", "throughput", "settle", "output", "footprint", "docker", "compare", "fleet"}
+var sectionNames = []string{"roundtrip", "ssh", "throughput", "settle", "output", "footprint", "docker", "compare", "fleet", "transfer"}
 
 // optIn are the sections only --only runs: fleet starts thousands of
-// relayds.
-var optIn = []string{"fleet"}
+// relayds, transfer moves gigabytes through a container.
+var optIn = []string{"fleet", "transfer"}
 
 // config is the parsed command line.
 type config struct {
@@ -119,6 +119,9 @@ func run(args []string) error {
 	}
 	if cfg.only["fleet"] {
 		b.fleet()
+	}
+	if cfg.only["transfer"] {
+		b.transfer()
 	}
 	rep.finish(began)
 	fmt.Print(rep.table())

@@ -73,19 +73,21 @@ class Client:
         teardown_budget: float = _wire.DEFAULT_TEARDOWN_BUDGET,
         reply_timeout: float = _wire.DEFAULT_REPLY_TIMEOUT,
         ready_timeout: float = 30.0,
+        stderr: Union[None, int, IO[bytes]] = None,
     ) -> "Client":
         """A Client that reaches relayd through a command's stdin and stdout:
         ``relayd bridge`` through an exec channel the harness already has,
         e.g. ``["docker", "exec", "-i", C, "relayd", "bridge"]`` or
         ``["kubectl", "exec", "-i", POD, "--", "relayd", "bridge"]``
         (protocol 4.6). The command gets one end of a socket pair as its
-        stdin and stdout (its stderr is this process's); the handshake is
+        stdin and stdout (its stderr is this process's, or ``stderr``: a
+        file or subprocess.DEVNULL); the handshake is
         done here, and its ready is ``first_ready``. close() ends the
         command's stdin, which relayd takes as the end of the stream (what
         runs is settled), and waits for the command, killing it after 5 s."""
         ours, theirs = socket.socketpair()
         try:
-            proc = subprocess.Popen(list(argv), stdin=theirs.fileno(), stdout=theirs.fileno())
+            proc = subprocess.Popen(list(argv), stdin=theirs.fileno(), stdout=theirs.fileno(), stderr=stderr)
         except BaseException:
             ours.close()
             raise

@@ -1,0 +1,313 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/relayd/relayd/client"
+)
+
+// transfer is the opt-in section of bulk bytes into and out of a task
+// container (issue 19): 64 MiB over an execution's stdin and a 1 GiB file
+// put and get, through relayd bridge over `docker exec -i` (the Go client's
+// DialCommand), against docker cp (in and out) and docker exec -i with cat
+// of the same bytes, in the same run and the same container (relayd as
+// PID 1, deploy/docker/run.sh). relayd's memory is its peak RSS (VmHWM of
+// PID 1), reset before each of its transfers when the kernel lets
+// /proc/1/clear_refs do so.
+func (b *bench) transfer() {
+	sec := b.report.section("transfer", "Transfer: stdin and files through relayd bridge vs docker cp and docker exec -i cat")
+	stdinBytes, fileBytes := int64(64<<20), int64(1<<30)
+	if b.cfg.quick {
+		stdinBytes, fileBytes = 8<<20, 64<<20
+	}
+	names := []string{"stdin: relayd execute with Stdin", "stdin: docker exec -i cat", "put: relayd PutFile", "put: docker cp in",
+		"put: docker exec -i cat", "get: relayd GetFile", "get: docker cp out", "get: docker exec cat", "relayd peak RSS"}
+	skip := func(why string) {
+		logf("transfer section skipped: %s", why)
+		for _, n := range names {
+			sec.add(skipped(n, "MiB/s", why))
+		}
+	}
+	env, why := b.dockerSetup()
+	if why != "" {
+		skip(why)
+		return
+	}
+	defer env.remove()
+	t, err := newTransferEnv(env, stdinBytes, fileBytes)
+	if err != nil {
+		skip(err.Error())
+		return
+	}
+	defer t.close()
+	sec.note("one container from %s with relayd added by deploy/docker/Dockerfile, started by deploy/docker/run.sh (relayd as PID 1); relayd reached by client.DialCommand of `docker exec -i CONTAINER relayd bridge` (%s)", env.taskImage, env.version)
+	sec.note("the same pseudo-random bytes each way: %s over stdin, a %s file from and to the host's disk, into the container's /tmp (its writable layer); each transfer once; the rate is bytes over wall time, sha256 checked after each", mib(stdinBytes), mib(fileBytes))
+	sec.note("relayd's peak RSS is VmHWM of /proc/1/status in the container, reset before each relayd transfer (clear_refs 5): %s", t.resetWhy)
+
+	rss := map[string]float64{}
+	ctx := context.Background()
+	// step times op alone, then checks what arrived against sum; for a
+	// relayd step it resets and reads relayd's peak RSS around op.
+	step := func(name string, n int64, op, check func() error) *figure {
+		relayd := strings.Contains(name, "relayd")
+		if relayd {
+			t.reset()
+		}
+		began := time.Now()
+		err := op()
+		took := time.Since(began)
+		if err == nil {
+			err = check()
+		}
+		if err != nil {
+			logf("transfer: %s: %v", name, err)
+			return sec.add(skipped(name, "MiB/s", err.Error()))
+		}
+		r := float64(n) / (1 << 20) / took.Seconds()
+		logf("transfer: %s: %s in %s, %.0f MiB/s", name, mib(n), took.Round(time.Millisecond), r)
+		if relayd {
+			if hwm, err := t.peakRSS(); err == nil {
+				rss[name] = hwm
+			} else {
+				logf("transfer: relayd's VmHWM: %v", err)
+			}
+		}
+		return sec.add(measured(name, "MiB/s", []float64{r}, true))
+	}
+
+	// stdin: the first bytes of the file into cat, which writes them to a file.
+	fr := step(names[0], stdinBytes, func() error {
+		x, err := t.conn.Execute(ctx, client.Request{Command: "/bin/sh", Args: []string{"-c", "cat > /tmp/stdin-relayd.bin"},
+			Timeout: 10 * time.Minute, Stdin: io.LimitReader(t.source(), stdinBytes)})
+		if err == nil && x.ExitCode != 0 {
+			err = fmt.Errorf("cat exited %d (%s)", x.ExitCode, x.Termination)
+		}
+		return err
+	}, func() error { return t.checkRemote("/tmp/stdin-relayd.bin", t.stdinSum, true) })
+	fd := step(names[1], stdinBytes, func() error {
+		return t.dockerIn(io.LimitReader(t.source(), stdinBytes), "/tmp/stdin-docker.bin")
+	}, func() error { return t.checkRemote("/tmp/stdin-docker.bin", t.stdinSum, true) })
+	fr.against(fd)
+
+	// put: the host file into the container, three ways.
+	fromHost := func(do func(r io.Reader) error) func() error {
+		return func() error {
+			f, err := os.Open(t.hostFile)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			return do(bufio.NewReaderSize(f, 1<<20))
+		}
+	}
+	pr := step(names[2], fileBytes, fromHost(func(r io.Reader) error {
+		_, err := t.conn.PutFile(ctx, "/tmp/put-relayd.bin", r, client.PutOptions{})
+		return err
+	}), func() error { return t.checkRemote("/tmp/put-relayd.bin", t.fileSum, false) })
+	pc := step(names[3], fileBytes, func() error {
+		_, err := dockerCLI(10*time.Minute, "cp", t.hostFile, env.name+":/tmp/put-cp.bin")
+		return err
+	}, func() error { return t.checkRemote("/tmp/put-cp.bin", t.fileSum, pr.Skipped == "") })
+	pe := step(names[4], fileBytes, fromHost(func(r io.Reader) error { return t.dockerIn(r, "/tmp/put-cat.bin") }),
+		func() error { return t.checkRemote("/tmp/put-cat.bin", t.fileSum, true) })
+	pr.against(pc)
+	pe.against(pc)
+
+	// get: the file relayd stored (docker cp's if that failed) back to the host.
+	src := "/tmp/put-relayd.bin"
+	if pr.Skipped != "" {
+		src = "/tmp/put-cp.bin"
+	}
+	out := filepath.Join(t.dir, "got.bin")
+	toHost := func(do func(w io.Writer) error) func() error {
+		return func() error {
+			o, err := os.Create(out)
+			if err != nil {
+				return err
+			}
+			bw := bufio.NewWriterSize(o, 1<<20)
+			err = do(bw)
+			if ferr := bw.Flush(); err == nil {
+				err = ferr
+			}
+			if cerr := o.Close(); err == nil {
+				err = cerr
+			}
+			return err
+		}
+	}
+	check := func() error { return t.checkLocal(out) }
+	gr := step(names[5], fileBytes, toHost(func(w io.Writer) error {
+		_, err := t.conn.GetFile(ctx, src, "", w)
+		return err
+	}), check)
+	gc := step(names[6], fileBytes, func() error {
+		_, err := dockerCLI(10*time.Minute, "cp", env.name+":"+src, out)
+		return err
+	}, check)
+	ge := step(names[7], fileBytes, toHost(func(w io.Writer) error {
+		cmd := exec.Command("docker", "exec", env.name, "cat", src)
+		cmd.Stdout = w
+		return cmd.Run()
+	}), check)
+	gr.against(gc)
+	ge.against(gc)
+
+	peak := 0.0
+	var parts []string
+	for _, n := range []string{names[0], names[2], names[5]} {
+		if v, ok := rss[n]; ok {
+			parts = append(parts, fmt.Sprintf("%s %.1f MiB", strings.SplitN(n, ":", 2)[0], v))
+			peak = max(peak, v)
+		}
+	}
+	if len(parts) == 0 {
+		sec.add(skipped(names[8], "MiB", "no VmHWM read from the container"))
+		return
+	}
+	sec.add(measured(names[8], "MiB", []float64{peak}, false)).
+		target("< 64 MiB", medianBelow(64)).withNote("%s", strings.Join(parts, ", "))
+}
+
+// transferEnv is the transfer section's connection, host file and sums.
+type transferEnv struct {
+	env      *dockerEnv
+	conn     *client.Conn
+	dir      string // host side: the source file and what comes back
+	hostFile string
+	fileSum  string
+	stdinSum string
+	canReset bool   // /proc/1/clear_refs resets relayd's VmHWM
+	resetWhy string // for the note
+}
+
+func newTransferEnv(env *dockerEnv, stdinBytes, fileBytes int64) (*transferEnv, error) {
+	t := &transferEnv{env: env}
+	var err error
+	if t.dir, err = os.MkdirTemp("", "relaybench-transfer-"); err != nil {
+		return nil, err
+	}
+	t.hostFile = filepath.Join(t.dir, "source.bin")
+	f, err := os.Create(t.hostFile)
+	if err != nil {
+		t.close()
+		return nil, err
+	}
+	h := sha256.New()
+	_, err = io.Copy(io.MultiWriter(f, h), io.LimitReader(t.source(), fileBytes))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.close()
+		return nil, fmt.Errorf("writing the %s source file: %w", mib(fileBytes), err)
+	}
+	t.fileSum = hex.EncodeToString(h.Sum(nil))
+	h.Reset()
+	_, _ = io.Copy(h, io.LimitReader(t.source(), stdinBytes))
+	t.stdinSum = hex.EncodeToString(h.Sum(nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	t.conn, err = client.DialCommand(ctx, []string{"docker", "exec", "-i", env.name, "relayd", "bridge"}, env.token)
+	if err != nil {
+		t.close()
+		return nil, fmt.Errorf("relayd bridge through docker exec -i %s: %w", env.name, err)
+	}
+	if _, err := dockerCLI(10*time.Second, "exec", env.name, "sh", "-c", "echo 5 > /proc/1/clear_refs"); err != nil {
+		t.resetWhy = "not possible here (" + err.Error() + "): each figure is relayd's peak since it started"
+	} else {
+		t.canReset = true
+		t.resetWhy = "the kernel allowed it"
+	}
+	return t, nil
+}
+
+// source yields the same pseudo-random bytes each time it is made.
+func (t *transferEnv) source() io.Reader { return rand.NewChaCha8([32]byte{19}) }
+
+func (t *transferEnv) reset() {
+	if t.canReset {
+		_, _ = dockerCLI(10*time.Second, "exec", t.env.name, "sh", "-c", "echo 5 > /proc/1/clear_refs")
+	}
+}
+
+// peakRSS is relayd's VmHWM in MiB.
+func (t *transferEnv) peakRSS() (float64, error) {
+	out, err := dockerCLI(10*time.Second, "exec", t.env.name, "cat", "/proc/1/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM in /proc/1/status")
+}
+
+// dockerIn copies r into path in the container through docker exec -i cat.
+func (t *transferEnv) dockerIn(r io.Reader, path string) error {
+	cmd := exec.Command("docker", "exec", "-i", t.env.name, "sh", "-c", "cat > "+path)
+	cmd.Stdin = r
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("docker exec -i cat: %v: %s", err, tail(strings.TrimSpace(string(out)), 300))
+	}
+	return nil
+}
+
+// checkRemote checks path's sha256 in the container and removes it, or
+// keeps it for a get.
+func (t *transferEnv) checkRemote(path, sum string, remove bool) error {
+	out, err := dockerCLI(5*time.Minute, "exec", t.env.name, "sha256sum", path)
+	if err != nil {
+		return err
+	}
+	if remove {
+		defer dockerCLI(time.Minute, "exec", t.env.name, "rm", "-f", path)
+	}
+	if got := strings.Fields(out); len(got) == 0 || got[0] != sum {
+		return fmt.Errorf("%s in the container: sha256 %q; want %s", path, out, sum)
+	}
+	return nil
+}
+
+// checkLocal checks the host file out's sha256 against the source's and
+// removes it.
+func (t *transferEnv) checkLocal(out string) error {
+	defer os.Remove(out)
+	f, err := os.Open(out)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return err
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != t.fileSum {
+		return fmt.Errorf("%s: sha256 %s; want %s", out, got, t.fileSum)
+	}
+	return nil
+}
+
+func (t *transferEnv) close() {
+	if t.conn != nil {
+		t.conn.Close()
+	}
+	os.RemoveAll(t.dir)
+}
+
+func mib(n int64) string { return fmt.Sprintf("%d MiB", n>>20) }

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// transfer is opt-in (it moves gigabytes): a default run leaves it out,
+// --only transfer runs it alone.
+func TestOnlyTransfer(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "relayd")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := parseFlags([]string{"--relayd", bin})
+	if err != nil || cfg.only["transfer"] {
+		t.Fatalf("default run: transfer selected %v, err %v; want false", cfg.only["transfer"], err)
+	}
+	if cfg, err = parseFlags([]string{"--relayd", bin, "--only", "transfer"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := selected(cfg); len(got) != 1 || got[0] != "transfer" {
+		t.Fatalf("--only transfer selected %v; want [transfer]", got)
+	}
+}
+
+// Without the docker CLI every transfer figure is skipped with the
+// reason, and nothing is started.
+func TestTransferSkippedWithoutDocker(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	b := &bench{report: &report{}}
+	b.transfer()
+	sec := b.report.Sections[0]
+	if sec.Name != "transfer" || len(sec.Figures) != 9 {
+		t.Fatalf("got section %q with %d figures; want transfer with 9 skipped", sec.Name, len(sec.Figures))
+	}
+	for _, f := range sec.Figures {
+		if f.Skipped != "docker CLI not installed" {
+			t.Errorf("%s: skipped %q; want %q", f.Name, f.Skipped, "docker CLI not installed")
+		}
+	}
+}
