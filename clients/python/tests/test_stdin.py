@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import unittest
 
@@ -28,6 +29,38 @@ class StdinUserTest(RelaydTest):
             self.assertEqual(x.stdout, "65534 /nonexistent\n")
             with self.assertRaises(BadRequestError):
                 c.execute("true", user="no-such-user-relayd")
+
+
+class StreamedStdinTest(RelaydTest):
+    """stdin= streams a source as stdin messages (protocol 4.6)."""
+
+    def test_large_input_intact(self) -> None:
+        d = self.relayd()
+        chunk = hashlib.sha256(b"seed").digest() * 4096  # 128 KiB, not a multiple of the client's chunk
+        n = 512  # 64 MiB
+        want = hashlib.sha256(chunk * n).hexdigest()
+        with Client(d.addr, d.token) as c:
+            x = c.execute("sha256sum", stdin=(chunk for _ in range(n)), timeout=120)
+            self.assertEqual(x.stdout, want + "  -\n")
+            # A file object, after input, and the connection serves on.
+            x = c.execute("cat", input="first:", stdin=io.BytesIO(b"\x00then\xff"))
+            self.assertEqual(x.stdout, "first:\x00then\ufffd")
+            self.assertEqual(c.execute("cat", stdin=io.BytesIO(b"")).stdout, "")
+            self.assertEqual(c.ready().extensions.count("stdin"), 1)
+
+    def test_subject_that_never_reads(self) -> None:
+        d = self.relayd()
+        with Client(d.addr, d.token) as c:
+            x = c.execute("sleep", ["2"], stdin=io.BytesIO(b"z" * (8 << 20)), timeout_ms=1000, timeout=30)
+            self.assertEqual((x.termination, x.exit_code), ("framework_timeout", 124))
+            self.assertEqual(c.execute("echo", ["after"]).stdout, "after\n")
+
+    def test_subject_that_reads_part(self) -> None:
+        d = self.relayd()
+        with Client(d.addr, d.token) as c:
+            x = c.execute("head", ["-c", "10"], stdin=io.BytesIO(b"0123456789" * (1 << 20)), timeout=60)
+            self.assertEqual((x.termination, x.exit_code, x.stdout), ("exited", 0, "0123456789"))
+            self.assertEqual(c.execute("echo", ["after"]).stdout, "after\n")
 
 
 class AsyncStdinTest(RelaydTest):

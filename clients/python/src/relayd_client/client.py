@@ -16,11 +16,11 @@ import subprocess
 import threading
 import time
 from types import TracebackType
-from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import IO, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
 from . import _dirs, _files, _wire
 from ._files import FileInfo
-from ._wire import Address, OnOutput, OnStarted
+from ._wire import Address, OnOutput, OnStarted, StdinSource
 from .errors import ConnectionLostError, ProtocolError, RelaydError, ReplyTimeoutError, UnexpectedReplyError
 from .results import Executed, Ready, Verified
 
@@ -63,6 +63,7 @@ class Client:
         #: The ready relayd sent first, for a relayd that dialed out (Listener.accept).
         self.first_ready: Optional[Ready] = None
         self._proc: Optional[subprocess.Popen[bytes]] = None  # over_command's command
+        self._pump: Optional[_StdinPump] = None  # the running execute's stdin=, sent between reads
 
     @classmethod
     def over_command(
@@ -162,6 +163,7 @@ class Client:
         on_exit: Optional[str] = None,
         detach_ms: Optional[int] = None,
         input: Union[str, bytes, None] = None,
+        stdin: Optional[StdinSource] = None,
         user: Optional[str] = None,
         max_output_bytes: Optional[int] = None,
         output_keep: Optional[str] = None,
@@ -182,7 +184,13 @@ class Client:
         only when given; ``on_output`` receives streamed Output chunks and
         ``on_started`` the execution's name. ``input`` (protocol 4.6) is
         written to the subject's stdin, which then closes (str as text,
-        bytes as base64; at most --max-line-bytes in all); ``user`` runs
+        bytes as base64; at most --max-line-bytes in all). ``stdin`` (a
+        binary file object, or an iterable of bytes) is streamed after
+        ``input`` as stdin messages once relayd names the execution, then
+        its end: any size, paced by relayd (which stops reading while the
+        subject does not read), sent between reads of the replies here, so
+        a subject that never reads only runs into its ``timeout_ms``; what
+        is left when the executed reply comes is not sent. ``user`` runs
         the subject as that user (``"name"``, ``"uid"``, ``"name:group"``;
         relayd must be root). ``max_output_bytes`` returns at most that much
         of stdout and of stderr each (within relayd's limits), and
@@ -195,8 +203,12 @@ class Client:
             stream=stream, on_exit=on_exit, detach_ms=detach_ms, input=input, user=user,
             max_output_bytes=max_output_bytes, output_keep=output_keep,
         )
+        pump = None
+        if stdin is not None:
+            msg["stdin"] = True
+            pump = _StdinPump(self._token, _wire.stdin_pieces(stdin))
         wait = _wire.execute_wait(timeout_ms, self.teardown_budget, timeout)
-        r = self._call(msg, "executed", wait, on_output, on_started)
+        r = self._call(msg, "executed", wait, on_output, on_started, pump=pump)
         assert isinstance(r, Executed)
         return r
 
@@ -347,6 +359,7 @@ class Client:
         on_output: Optional[OnOutput] = None,
         on_started: Optional[OnStarted] = None,
         raw: bool = False,
+        pump: Optional[_StdinPump] = None,
     ) -> _wire.Reply:
         with self._lock:
             id = self._next_id
@@ -354,7 +367,15 @@ class Client:
             line = _wire.encode({"token": self._token, **msg, "id": id})
             call = _wire.Call(id, want, on_output, on_started)
             try:
-                r = self._exchange(line, call, wait, raw)
+                if pump is not None:
+                    pump.call = call
+                    self._pump = pump
+                try:
+                    r = self._exchange(line, call, wait, raw)
+                finally:
+                    self._pump = None
+                if pump is not None:
+                    self._finish_line(pump)
             except ProtocolError:
                 _wire.warn_ignored(call, str(msg.get("kind")))
                 raise  # the connection stays open unless relayd closes it (handled in _exchange)
@@ -405,6 +426,18 @@ class Client:
             if r is not None:
                 return r
 
+    def _finish_line(self, pump: "_StdinPump") -> None:
+        """Sends the rest of a stdin line cut short by the executed reply, so
+        that the next request starts a line of its own; relayd reads on once
+        the execution ended (it drops such input)."""
+        rest = pump.rest()
+        if rest:
+            try:
+                self._send(rest)
+            except OSError as e:
+                self.close()
+                raise ConnectionLostError(f"relayd connection lost while ending a stdin message: {e}") from e
+
     def _answered(self) -> bool:
         """Whether relayd has written something to read (a put's refusal)."""
         sock = self._sock
@@ -436,6 +469,22 @@ class Client:
             if remaining is not None and remaining <= 0:
                 self.close()
                 raise ReplyTimeoutError("no reply from relayd in time; the connection is closed, so relayd settles what ran")
+            pump = self._pump
+            if pump is not None and pump.wants_write():
+                # Send stdin only while relayd reads it, and read replies meanwhile.
+                try:
+                    readable, writable, _ = select.select([sock], [sock], [], remaining)
+                    if writable and not readable:
+                        sock.settimeout(0)
+                        pump.write(sock)
+                        continue
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError as e:
+                    self.close()
+                    raise ConnectionLostError(f"relayd connection lost while sending stdin: {e}", len(self._buf)) from e
+                if not readable:
+                    continue  # the deadline check above reports it
             sock.settimeout(remaining)
             try:
                 chunk = sock.recv(1 << 16)
@@ -451,6 +500,40 @@ class Client:
                     raise ConnectionLostError(f"relayd closed the connection in the middle of a reply ({partial} bytes of an unfinished line)", partial)
                 raise ConnectionLostError("relayd closed the connection before it replied")
             self._buf += chunk
+
+
+class _StdinPump:
+    """An execute's stdin= on its way: stdin lines made one at a time once
+    relayd named the execution (started), the last with eof, and how much
+    of the current line went out. Client._readline sends them between
+    reads, when the socket takes more."""
+
+    def __init__(self, token: str, pieces: Iterator[bytes]) -> None:
+        self._token = token
+        self._pieces = pieces
+        self.call: Optional[_wire.Call] = None
+        self._line = memoryview(b"")
+        self._done = False  # the eof line is made
+
+    def wants_write(self) -> bool:
+        if self._line:
+            return True
+        if self._done or self.call is None or not self.call.execution:
+            return False
+        b = next(self._pieces, None)
+        if b is None:
+            self._done = True
+        # A source that raises ends the call with its exception; the connection closes (relayd settles).
+        self._line = memoryview(_wire.stdin_message(self._token, self.call.execution, b or b"", b is None))
+        return True
+
+    def write(self, sock: socket.socket) -> None:
+        n = sock.send(self._line)
+        self._line = self._line[n:]
+
+    def rest(self) -> bytes:
+        """What is left of a line begun, if any."""
+        return bytes(self._line)
 
 
 class _Hello:
