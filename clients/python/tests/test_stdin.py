@@ -75,6 +75,33 @@ class AsyncStdinTest(RelaydTest):
 
         self.assertEqual(asyncio.run(go()), "\ufffd\x00bytes")
 
+    def test_stdin_async(self) -> None:
+        import asyncio
+
+        d = self.relayd()
+        chunk = hashlib.sha256(b"seed").digest() * 4096  # 128 KiB
+        n = 256  # 32 MiB
+
+        async def source():  # type: ignore[no-untyped-def]
+            for _ in range(n):
+                yield chunk
+
+        async def go() -> None:
+            async with AsyncClient(d.addr, d.token) as c:
+                x = await c.execute("sha256sum", stdin=source(), timeout=120)
+                self.assertEqual(x.stdout, hashlib.sha256(chunk * n).hexdigest() + "  -\n")
+                # A file object (read in a thread), after input.
+                x = await c.execute("cat", input="first:", stdin=io.BytesIO(b"\x00then"))
+                self.assertEqual(x.stdout, "first:\x00then")
+                # A subject that never reads ends at its deadline; one that reads part, normally.
+                x = await c.execute("sleep", ["2"], stdin=io.BytesIO(b"z" * (8 << 20)), timeout_ms=1000, timeout=30)
+                self.assertEqual((x.termination, x.exit_code), ("framework_timeout", 124))
+                x = await c.execute("head", ["-c", "10"], stdin=[b"0123456789" * (1 << 20)], timeout=60)
+                self.assertEqual((x.termination, x.stdout), ("exited", "0123456789"))
+                self.assertEqual((await c.execute("echo", ["after"])).stdout, "after\n")
+
+        asyncio.run(go())
+
 
 if __name__ == "__main__":
     unittest.main()

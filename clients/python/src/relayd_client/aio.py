@@ -11,11 +11,11 @@ import asyncio
 import hmac
 import io
 from types import TracebackType
-from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Type, Union
+from typing import IO, Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Type, Union
 
 from . import _files, _wire
 from ._files import FileInfo
-from ._wire import Address, OnOutput, OnStarted
+from ._wire import Address, AsyncStdinSource, OnOutput, OnStarted
 from .errors import ConnectionLostError, ProtocolError, RelaydError, ReplyTimeoutError, UnexpectedReplyError
 from .results import Executed, Ready, Verified
 
@@ -123,6 +123,7 @@ class AsyncClient:
         on_exit: Optional[str] = None,
         detach_ms: Optional[int] = None,
         input: Union[str, bytes, None] = None,
+        stdin: Optional[AsyncStdinSource] = None,
         user: Optional[str] = None,
         max_output_bytes: Optional[int] = None,
         output_keep: Optional[str] = None,
@@ -131,7 +132,11 @@ class AsyncClient:
         on_started: Optional[OnStarted] = None,
     ) -> Executed:
         """As Client.execute. Cancelling the awaiting task closes the
-        connection (relayd then settles the execution)."""
+        connection (relayd then settles the execution). ``stdin`` may also
+        be an async iterable of bytes; a file object is read in a thread.
+        A task of its own sends it, paced by relayd, while the replies are
+        read; it stops when the executed reply comes. A source that raises
+        closes the connection, and execute raises its exception."""
         msg = _wire.execute_message(
             command, args, environment=environment, credentials=credentials, result_token=result_token,
             capture_stdout=capture_stdout, cwd=cwd, timeout_ms=timeout_ms, capture_stderr=capture_stderr,
@@ -139,9 +144,53 @@ class AsyncClient:
             max_output_bytes=max_output_bytes, output_keep=output_keep,
         )
         wait = _wire.execute_wait(timeout_ms, self.teardown_budget, timeout)
-        r = await self._call(msg, "executed", wait, on_output, on_started)
+        if stdin is None:
+            r = await self._call(msg, "executed", wait, on_output, on_started)
+            assert isinstance(r, Executed)
+            return r
+        if isinstance(stdin, (str, bytes, bytearray, memoryview)):
+            raise TypeError("execute: stdin= takes a binary file object or an iterable of bytes; give bytes as input=")
+        msg["stdin"] = True
+        named: "asyncio.Future[str]" = asyncio.get_running_loop().create_future()
+
+        def started(x: str) -> None:
+            if not named.done():
+                named.set_result(x)
+            if on_started is not None:
+                on_started(x)
+
+        pump = asyncio.get_running_loop().create_task(self._pump_stdin(stdin, named))
+        try:
+            r = await self._call(msg, "executed", wait, on_output, started)
+        except BaseException:
+            err = await _end(pump)
+            if err is not None:
+                raise err
+            raise
+        await _end(pump)
         assert isinstance(r, Executed)
         return r
+
+    async def _pump_stdin(self, source: AsyncStdinSource, named: "asyncio.Future[str]") -> None:
+        """Sends source as stdin messages for the execution named, then eof.
+        drain waits while relayd does not read (the subject's input is held)."""
+        execution = await named
+        writer = self._writer
+        try:
+            async for b in _stdin_pieces(source):
+                if self._writer is not writer or writer is None:
+                    return
+                writer.write(_wire.stdin_message(self._token, execution, b, False))
+                await writer.drain()
+                await asyncio.sleep(0)  # drain need not yield: let the reader take the replies
+            if self._writer is writer and writer is not None:
+                writer.write(_wire.stdin_message(self._token, execution, b"", True))
+                await writer.drain()
+        except OSError:
+            pass  # the connection ended: the reader reports why
+        except Exception:
+            await self.close()
+            raise
 
     async def attach(self, execution: str, *, timeout: Optional[float] = None,
                      on_output: Optional[OnOutput] = None) -> Executed:
@@ -363,6 +412,39 @@ class AsyncClient:
         for _, fut, _ in self._pending.values():
             if not fut.done():
                 fut.set_exception(err)
+
+
+async def _stdin_pieces(source: AsyncStdinSource) -> AsyncIterator[bytes]:
+    read = getattr(source, "read", None)
+    if read is not None:
+        loop = asyncio.get_running_loop()
+        while True:
+            b = await loop.run_in_executor(None, read, _wire.STDIN_CHUNK)
+            if not b:
+                return
+            yield bytes(b)
+    elif hasattr(source, "__aiter__"):
+        async for b in source:
+            for piece in _wire.split_piece(b):
+                yield piece
+    else:
+        for b in source:
+            for piece in _wire.split_piece(b):
+                yield piece
+
+
+async def _end(task: "asyncio.Task[None]") -> Optional[BaseException]:
+    """Stops a stdin pump and returns the exception it ended with, if any."""
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and getattr(current, "cancelling", lambda: 0)():
+            raise  # we are cancelled ourselves
+    except Exception as e:
+        return e
+    return None
 
 
 class _LongHelloRefused(Exception):
