@@ -8,7 +8,7 @@ import os
 import unittest
 
 from relayd_client import AsyncClient, BusyError, ConnectionLostError, ReplyTimeoutError
-from relayd_fixture import NoLeaks, Relayd, alive, read_pid
+from relayd_fixture import NoLeaks, Relayd, alive, read_pid, relayd_binary
 
 
 class AsyncClientTest(NoLeaks, unittest.IsolatedAsyncioTestCase):
@@ -92,3 +92,35 @@ class AsyncClientTest(NoLeaks, unittest.IsolatedAsyncioTestCase):
                 with self.assertRaises(ConnectionLostError) as cm:
                     await c.ready()
                 self.assertEqual(cm.exception.partial, len(half))
+
+
+class AsyncOverCommandTest(NoLeaks, unittest.IsolatedAsyncioTestCase):
+    def setUp(self) -> None:
+        self._leak_setup()
+        self.addCleanup(self._leak_check)
+        self.d = Relayd()
+        self.addCleanup(self.d.close)
+
+    async def test_over_command(self) -> None:
+        # relayd bridge itself is the command, as docker exec -i C relayd bridge would run it.
+        d = self.d
+        pidfile = os.path.join(d.dir, "sleep.pid")
+        c = await AsyncClient.over_command([relayd_binary(), "bridge", "--socket", d.socket], d.token)
+        try:
+            assert c.first_ready is not None
+            self.assertIn("bridge", c.first_ready.extensions)
+            x = await c.execute("sh", ["-c", "echo over a command; exit 6"])
+            self.assertEqual((x.exit_code, x.stdout), (6, "over a command\n"))
+            run = asyncio.ensure_future(c.execute("sh", ["-c", f"echo $$ > {pidfile}; exec sleep 30"], timeout=20))
+            pid = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, read_pid, pidfile), 15)
+        finally:
+            await c.close()  # ends the command's stdin: relayd settles what runs
+        with self.assertRaises(ConnectionLostError):
+            await run
+        for _ in range(1000):
+            if not alive(pid):
+                break
+            await asyncio.sleep(0.01)
+        self.assertFalse(alive(pid))
+        with self.assertRaises(ConnectionLostError):
+            await AsyncClient.over_command([relayd_binary(), "bridge", "--socket", os.path.join(d.dir, "none.sock")], d.token)

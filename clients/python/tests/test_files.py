@@ -134,6 +134,35 @@ class AsyncFilesTest(RelaydTest):
         self.assertEqual(os.stat(os.path.join(d.workspace, "a/b.bin")).st_mode & 0o777, 0o600)
         self.assertEqual(d.stop(), 0)
 
+    def test_async_upload_download_dir(self) -> None:
+        d = self.relayd()
+        src = os.path.join(d.dir, "src")
+        os.makedirs(os.path.join(src, "a", "b"))
+        with open(os.path.join(src, "a", "b", "blob.bin"), "wb") as f:
+            f.write(DATA)
+        with open(os.path.join(src, "run.sh"), "w") as f:
+            f.write("#!/bin/sh\necho ran\n")
+        os.chmod(os.path.join(src, "run.sh"), 0o755)
+        os.symlink("a/b/blob.bin", os.path.join(src, "link"))
+        back = os.path.join(d.dir, "back")
+
+        async def trial() -> None:
+            async with AsyncClient(d.addr, d.token) as c:
+                await c.upload_dir(src, "tree/copy")
+                there = os.path.join(d.workspace, "tree", "copy")
+                self.assertEqual((await c.execute(os.path.join(there, "run.sh"))).stdout, "ran\n")
+                self.assertEqual(sorted(os.listdir(there)), ["a", "link", "run.sh"])
+                await c.download_dir("tree/copy", back)
+                with self.assertRaises(DirectoryError):
+                    await c.download_dir("no/such/dir", os.path.join(d.dir, "none"))
+
+        asyncio.run(trial())
+        self.assertEqual(sorted(os.listdir(back)), ["a", "link", "run.sh"])
+        with open(os.path.join(back, "link"), "rb") as f:
+            self.assertEqual(f.read(), DATA)
+        self.assertTrue(os.access(os.path.join(back, "run.sh"), os.X_OK))
+        self.assertEqual(d.stop(), 0)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -8,15 +8,17 @@ Debian, Ubuntu, Alpine and busybox image has one)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import tarfile
 import tempfile
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import IO, TYPE_CHECKING, Any, Dict, Optional
 
 from .errors import RelaydError
 
 if TYPE_CHECKING:
+    from .aio import AsyncClient
     from .client import Client
 
 
@@ -25,40 +27,97 @@ class DirectoryError(RelaydError):
     archive held a member that would land outside the directory."""
 
 
+# The scripts run on relayd's side, shared by Client and AsyncClient.
+MKDIR = 'mkdir -p -- "$1"'
+# -o: files are the user's, not the archive's owners.
+UNTAR = 'tar -x -o -f "$1" -C "$2"; s=$?; rm -f -- "$1"; exit $s'
+TAR = 't=$(mktemp) && tar -c -f "$t" -C "$1" . && echo "$t"'
+RM = 'rm -f -- "$1"'
+
+
+def _failed(script: str, exit_code: int, stderr: Optional[str]) -> DirectoryError:
+    return DirectoryError(f"{script.split()[0]} on relayd's side exited {exit_code}: {(stderr or '').strip()}")
+
+
+def _remote_tar(remote_dir: str) -> str:
+    return remote_dir.rstrip("/") + "/.relayd-upload-" + secrets.token_hex(8) + ".tar"
+
+
+def _pack(local_dir: str, f: IO[bytes]) -> None:
+    with tarfile.open(fileobj=f, mode="w") as tar:
+        for name in sorted(os.listdir(local_dir)):
+            tar.add(os.path.join(local_dir, name), arcname=name)
+    f.seek(0)
+
+
+def _unpack(f: IO[bytes], local_dir: str) -> None:
+    f.seek(0)
+    with tarfile.open(fileobj=f, mode="r") as tar:
+        _extract(tar, local_dir)
+
+
 def _run(c: "Client", script: str, *args: str, user: Optional[str], timeout: Optional[float]) -> str:
     x = c.execute("sh", ["-c", script, "sh", *args], user=user, capture_stderr=True, timeout=timeout)
     if x.exit_code != 0:
-        raise DirectoryError(f"{script.split()[0]} on relayd's side exited {x.exit_code}: {(x.stderr or '').strip()}")
+        raise _failed(script, x.exit_code, x.stderr)
     return x.stdout
 
 
 def upload_dir(c: "Client", local_dir: str, remote_dir: str, *, user: Optional[str], timeout: Optional[float]) -> None:
     if not os.path.isdir(local_dir):
         raise NotADirectoryError(local_dir)
-    _run(c, 'mkdir -p -- "$1"', remote_dir, user=user, timeout=timeout)
-    remote_tar = remote_dir.rstrip("/") + "/.relayd-upload-" + secrets.token_hex(8) + ".tar"
+    _run(c, MKDIR, remote_dir, user=user, timeout=timeout)
+    remote_tar = _remote_tar(remote_dir)
     with tempfile.TemporaryFile() as f:
-        with tarfile.open(fileobj=f, mode="w") as tar:
-            for name in sorted(os.listdir(local_dir)):
-                tar.add(os.path.join(local_dir, name), arcname=name)
-        f.seek(0)
+        _pack(local_dir, f)
         c.upload_file(remote_tar, f, mode=0o600, user=user, timeout=timeout)
-    # -o: files are the user's, not the archive's owners.
-    _run(c, 'tar -x -o -f "$1" -C "$2"; s=$?; rm -f -- "$1"; exit $s', remote_tar, remote_dir, user=user, timeout=timeout)
+    _run(c, UNTAR, remote_tar, remote_dir, user=user, timeout=timeout)
 
 
 def download_dir(c: "Client", remote_dir: str, local_dir: str, *, user: Optional[str], timeout: Optional[float]) -> None:
-    remote_tar = _run(c, 't=$(mktemp) && tar -c -f "$t" -C "$1" . && echo "$t"', remote_dir,
-                      user=user, timeout=timeout).strip()
+    remote_tar = _run(c, TAR, remote_dir, user=user, timeout=timeout).strip()
     try:
         os.makedirs(local_dir, exist_ok=True)
         with tempfile.TemporaryFile() as f:
             c.download_file_to(remote_tar, f, user=user, timeout=timeout)
-            f.seek(0)
-            with tarfile.open(fileobj=f, mode="r") as tar:
-                _extract(tar, local_dir)
+            _unpack(f, local_dir)
     finally:
-        _run(c, 'rm -f -- "$1"', remote_tar, user=user, timeout=timeout)
+        _run(c, RM, remote_tar, user=user, timeout=timeout)
+
+
+async def _run_async(c: "AsyncClient", script: str, *args: str, user: Optional[str], timeout: Optional[float]) -> str:
+    x = await c.execute("sh", ["-c", script, "sh", *args], user=user, capture_stderr=True, timeout=timeout)
+    if x.exit_code != 0:
+        raise _failed(script, x.exit_code, x.stderr)
+    return x.stdout
+
+
+async def upload_dir_async(c: "AsyncClient", local_dir: str, remote_dir: str, *, user: Optional[str],
+                           timeout: Optional[float]) -> None:
+    """upload_dir for an AsyncClient: the tar file is made in a thread."""
+    if not os.path.isdir(local_dir):
+        raise NotADirectoryError(local_dir)
+    await _run_async(c, MKDIR, remote_dir, user=user, timeout=timeout)
+    remote_tar = _remote_tar(remote_dir)
+    loop = asyncio.get_running_loop()
+    with tempfile.TemporaryFile() as f:
+        await loop.run_in_executor(None, _pack, local_dir, f)
+        await c.upload_file(remote_tar, f, mode=0o600, user=user, timeout=timeout)
+    await _run_async(c, UNTAR, remote_tar, remote_dir, user=user, timeout=timeout)
+
+
+async def download_dir_async(c: "AsyncClient", remote_dir: str, local_dir: str, *, user: Optional[str],
+                             timeout: Optional[float]) -> None:
+    """download_dir for an AsyncClient: the tar file is unpacked in a thread."""
+    remote_tar = (await _run_async(c, TAR, remote_dir, user=user, timeout=timeout)).strip()
+    try:
+        os.makedirs(local_dir, exist_ok=True)
+        loop = asyncio.get_running_loop()
+        with tempfile.TemporaryFile() as f:
+            await c.download_file_to(remote_tar, f, user=user, timeout=timeout)
+            await loop.run_in_executor(None, _unpack, f, local_dir)
+    finally:
+        await _run_async(c, RM, remote_tar, user=user, timeout=timeout)
 
 
 def _extract(tar: tarfile.TarFile, dest: str) -> None:

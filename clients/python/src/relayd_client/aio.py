@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import hmac
 import io
+import socket
 from types import TracebackType
 from typing import IO, Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Type, Union
 
-from . import _files, _wire
+from . import _dirs, _files, _wire
 from ._files import FileInfo
 from ._wire import Address, AsyncStdinSource, OnOutput, OnStarted
 from .errors import ConnectionLostError, ProtocolError, RelaydError, ReplyTimeoutError, UnexpectedReplyError
@@ -50,6 +51,47 @@ class AsyncClient:
         self._lost: Optional[RelaydError] = None
         #: The ready relayd sent first, for a relayd that dialed out (AsyncListener.accept).
         self.first_ready: Optional[Ready] = None
+        self._proc: Optional[asyncio.subprocess.Process] = None  # over_command's command
+
+    @classmethod
+    async def over_command(
+        cls,
+        argv: Sequence[str],
+        token: str,
+        *,
+        teardown_budget: float = _wire.DEFAULT_TEARDOWN_BUDGET,
+        reply_timeout: float = _wire.DEFAULT_REPLY_TIMEOUT,
+        ready_timeout: float = 30.0,
+        stderr: Union[None, int, IO[bytes]] = None,
+    ) -> "AsyncClient":
+        """As Client.over_command: ``c = await AsyncClient.over_command(argv,
+        token)`` runs the command (e.g. ``docker exec -i C relayd bridge``)
+        with one end of a socket pair as its stdin and stdout and does the
+        handshake (``first_ready``). close() ends the command's stdin, so
+        relayd settles what runs, and waits for the command, killing it
+        after 5 s."""
+        ours, theirs = socket.socketpair()
+        try:
+            proc = await asyncio.create_subprocess_exec(*argv, stdin=theirs.fileno(), stdout=theirs.fileno(), stderr=stderr)
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()  # the command has its own: its end is then our EOF
+        c = cls("", token, teardown_budget=teardown_budget, reply_timeout=reply_timeout)
+        c._proc = proc
+        try:
+            try:
+                reader, writer = await asyncio.open_connection(sock=ours, limit=_wire.MAX_REPLY_LINE)
+            except BaseException:
+                ours.close()
+                raise
+            c._attach(reader, writer)
+            c.first_ready = await c.ready(timeout=ready_timeout)
+        except BaseException:
+            await c.close()
+            raise
+        return c
 
     def __repr__(self) -> str:
         return f"<relayd_client.AsyncClient {'open' if self._writer else 'closed'}>"
@@ -101,6 +143,13 @@ class AsyncClient:
                 await writer.wait_closed()
             except OSError:
                 pass
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            try:
+                await asyncio.wait_for(proc.wait(), 5)
+            except asyncio.TimeoutError:
+                proc.kill()  # our own child, not yet reaped
+                await proc.wait()
 
     async def ready(self, *, timeout: Optional[float] = None) -> Ready:
         r = await self._call({"kind": "ready"}, "ready", self.reply_timeout if timeout is None else timeout)
@@ -269,6 +318,17 @@ class AsyncClient:
         _wire.warn_ignored(call, "put")
         assert isinstance(r, dict)
         return _files.stored(r, tally.n, tally.digest.hexdigest())
+
+    async def upload_dir(self, local_dir: str, remote_dir: str, *, user: Optional[str] = None,
+                         timeout: Optional[float] = None) -> None:
+        """As Client.upload_dir: a tar file (made in a thread) over put,
+        unpacked by ``tar`` on relayd's side."""
+        await _dirs.upload_dir_async(self, local_dir, remote_dir, user=user, timeout=timeout)
+
+    async def download_dir(self, remote_dir: str, local_dir: str, *, user: Optional[str] = None,
+                           timeout: Optional[float] = None) -> None:
+        """As Client.download_dir: a tar file over get, unpacked here in a thread."""
+        await _dirs.download_dir_async(self, remote_dir, local_dir, user=user, timeout=timeout)
 
     async def download_file(self, path: str, *, user: Optional[str] = None, timeout: Optional[float] = None) -> bytes:
         """As Client.download_file."""
