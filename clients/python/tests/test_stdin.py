@@ -62,6 +62,21 @@ class StreamedStdinTest(RelaydTest):
             self.assertEqual((x.termination, x.exit_code, x.stdout), ("exited", 0, "0123456789"))
             self.assertEqual(c.execute("echo", ["after"]).stdout, "after\n")
 
+    def test_source_errors(self) -> None:
+        d = self.relayd()
+
+        def failing():  # type: ignore[no-untyped-def]
+            yield b"some"
+            raise ValueError("source broke")
+
+        with Client(d.addr, d.token) as c:
+            with self.assertRaises(TypeError):
+                c.execute("cat", stdin=b"bytes go as input=")  # type: ignore[arg-type]
+            self.assertFalse(c.closed)
+            with self.assertRaisesRegex(ValueError, "source broke"):
+                c.execute("cat", stdin=failing(), timeout=30)
+            self.assertTrue(c.closed)  # relayd settles the execution
+
 
 class AsyncStdinTest(RelaydTest):
     def test_input_async(self) -> None:

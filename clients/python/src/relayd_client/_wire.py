@@ -154,10 +154,14 @@ def execute_message(
     return msg
 
 
-def stdin_pieces(source: StdinSource) -> Iterator[bytes]:
-    """The source's bytes in pieces of at most STDIN_CHUNK, empty ones left out."""
+def check_stdin(source: object) -> None:
+    """Refuses what looks like data rather than a source, before anything is sent."""
     if isinstance(source, (str, bytes, bytearray, memoryview)):
         raise TypeError("execute: stdin= takes a binary file object or an iterable of bytes; give bytes as input=")
+
+
+def stdin_pieces(source: StdinSource) -> Iterator[bytes]:
+    """The source's bytes in pieces of at most STDIN_CHUNK, empty ones left out."""
     read = getattr(source, "read", None)
     if read is not None:
         while True:

@@ -197,8 +197,7 @@ class AsyncClient:
             r = await self._call(msg, "executed", wait, on_output, on_started)
             assert isinstance(r, Executed)
             return r
-        if isinstance(stdin, (str, bytes, bytearray, memoryview)):
-            raise TypeError("execute: stdin= takes a binary file object or an iterable of bytes; give bytes as input=")
+        _wire.check_stdin(stdin)
         msg["stdin"] = True
         named: "asyncio.Future[str]" = asyncio.get_running_loop().create_future()
 

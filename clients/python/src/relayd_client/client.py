@@ -205,6 +205,7 @@ class Client:
         )
         pump = None
         if stdin is not None:
+            _wire.check_stdin(stdin)
             msg["stdin"] = True
             pump = _StdinPump(self._token, _wire.stdin_pieces(stdin))
         wait = _wire.execute_wait(timeout_ms, self.teardown_budget, timeout)
