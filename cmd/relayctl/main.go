@@ -41,6 +41,7 @@ const usage = `relayctl talks to relayd (docs/protocol.md).
 
   relayctl exec [flags] -- COMMAND ARGS...   run COMMAND; print its stdout; exit with its status
                                              (--stream: live; --stderr; --on-exit; --detach)
+                                             (--input TEXT, -i: relayctl's stdin to it; --user USER[:GROUP])
   relayctl attach [flags] EXECUTION          take over an execution run with --detach whose
                                              relayctl went away; print and exit as exec does
   relayctl ready [flags]                     probe relayd: version, scope mechanism, workspace
@@ -87,8 +88,10 @@ type options struct {
 	settle          bool          // verify: "survivors":"settle"
 	keep            []int         // verify: "keep"
 	session         bool          // verify: without "all" (protocol 4.3)
+	input           string        // exec, accept: the command's stdin (execute's "input")
+	stdin           bool          // exec, accept: relayctl's stdin streamed to the command's, after input
 	mode            string        // put: permission bits, octal
-	user            string        // put, get: with this user's rights
+	user            string        // exec, accept: run as this user; put, get: with this user's rights
 	parents         bool          // put: make missing directories
 }
 
@@ -135,6 +138,9 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		fs.BoolVar(&o.stderr, "stderr", false, "capture the command's stderr and print it on relayctl's stderr (captureStderr)")
 		fs.StringVar(&o.onExit, "on-exit", "", "when the command exits by itself: leave (relayd's default), settle, or settle-on-failure its scope")
 		fs.DurationVar(&o.detach, "detach", 0, "let the command outlive relayctl's connection this long (detachMs); relayctl attach takes it over")
+		fs.StringVar(&o.input, "input", "", "TEXT written to the command's stdin, which then closes (unless --stdin)")
+		fs.BoolVarP(&o.stdin, "stdin", "i", false, "stream relayctl's own stdin to the command's (after --input) until its end, which closes it")
+		fs.StringVar(&o.user, "user", "", "run the command as this user: a name or uid, optionally :GROUP (relayd must be root)")
 	}
 	if verb == "exec" || verb == "accept" || verb == "attach" {
 		fs.BoolVar(&o.stream, "stream", false, "print the command's stdout and stderr as they arrive (stream), not at its end")
@@ -340,6 +346,13 @@ func execute(ctx context.Context, c *client.Conn, o options, command []string, o
 		}
 	}
 	req.CaptureStderr, req.OnExit, req.Detach = o.stderr, client.OnExit(o.onExit), o.detach
+	req.User = o.user
+	if o.input != "" {
+		req.Input = []byte(o.input)
+	}
+	if o.stdin {
+		req.Stdin = os.Stdin
+	}
 	live := &liveOutput{p: out}
 	if o.stream {
 		req.Output = live.write
