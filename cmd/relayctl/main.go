@@ -54,8 +54,8 @@ const usage = `relayctl talks to relayd (docs/protocol.md).
                                              wait for a relayd that dials out (relayd --connect),
                                              run COMMAND if given, then verify
   relayctl put [flags] LOCAL REMOTE          store LOCAL (- for stdin) at REMOTE, atomically
-                                             (--mode 0755, --user, --parents)
-  relayctl get [flags] REMOTE LOCAL          copy REMOTE to LOCAL (- for stdout); --user
+                                             (--mode 0755, --user, --parents; -r: a directory)
+  relayctl get [flags] REMOTE LOCAL          copy REMOTE to LOCAL (- for stdout); --user; -r
   relayctl --version                         print relayctl's version
 
 relayd is reached at --addr HOST:PORT, or with --over 'docker exec -i C
@@ -93,6 +93,7 @@ type options struct {
 	mode            string        // put: permission bits, octal
 	user            string        // exec, accept: run as this user; put, get: with this user's rights
 	parents         bool          // put: make missing directories
+	recursive       bool          // put, get: a directory, as a tar archive
 }
 
 func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -152,6 +153,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	}
 	if verb == "put" || verb == "get" {
 		fs.StringVar(&o.user, "user", "", "read or write the file with this user's rights (name or uid[:group]); a new file is its")
+		fs.BoolVarP(&o.recursive, "recursive", "r", false, "copy a directory and what it holds (a tar archive over put and get; tar must be on relayd's side)")
 	}
 	if verb == "put" {
 		fs.StringVar(&o.mode, "mode", "", "the file's permission bits, octal (default 0644)")
@@ -294,8 +296,14 @@ func dispatch(ctx context.Context, verb string, o options, token string, command
 	case "attach":
 		return attach(ctx, c, o, command[0], out)
 	case "put":
+		if o.recursive {
+			return putDir(ctx, c, o, command[0], command[1], out)
+		}
 		return putFile(ctx, c, o, command[0], command[1], out)
 	case "get":
+		if o.recursive {
+			return getDir(ctx, c, o, command[0], command[1], out)
+		}
 		return getFile(ctx, c, o, command[0], command[1], out)
 	}
 	// accept: the command if one was given, then verify, which ends a
