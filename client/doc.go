@@ -16,7 +16,9 @@
 //
 // Files (protocol section 4.6): PutFile stores a stream atomically on
 // relayd's side and GetFile streams a file from it, each checking relayd's
-// sha256 of the whole file.
+// sha256 of the whole file. UploadDir and DownloadDir move a tree as a tar
+// archive over them, unpacked by tar on relayd's side and, on this side,
+// by a reader that refuses members landing outside the directory.
 //
 // The protocol runs one execution at a time on a connection: a second
 // Execute on a Conn whose execution is still running returns ErrBusy without

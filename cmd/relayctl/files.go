@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/relayd/relayd/client"
 )
@@ -21,6 +22,14 @@ func checkFiles(verb string, o options, args []string) error {
 			return errors.New("wants two paths: relayctl put [flags] LOCAL REMOTE (LOCAL - is stdin)")
 		}
 		return errors.New("wants two paths: relayctl get [flags] REMOTE LOCAL (LOCAL - is stdout)")
+	}
+	if o.recursive {
+		switch {
+		case args[0] == "-" || args[1] == "-":
+			return errors.New("-r copies a directory: - (stdin, stdout) is not one")
+		case o.mode != "" || o.parents:
+			return errors.New("-r keeps each file's own mode and makes REMOTE's parents: --mode and --parents are for one file")
+		}
 	}
 	if o.mode != "" {
 		if m, err := strconv.ParseUint(o.mode, 8, 32); err != nil || m > 0o7777 {
@@ -83,6 +92,34 @@ func getFile(ctx context.Context, c *client.Conn, o options, remote, local strin
 	}
 	out.transferred("content", t, out.stdout)
 	return 0, nil
+}
+
+// putDir copies the directory local into remote (client.UploadDir).
+func putDir(ctx context.Context, c *client.Conn, o options, local, remote string, out printer) (int, error) {
+	if err := c.UploadDir(ctx, local, remote, client.DirOptions{User: o.user}); err != nil {
+		return 0, err
+	}
+	out.dir("stored", remote)
+	return 0, nil
+}
+
+// getDir copies the directory remote into local (client.DownloadDir).
+func getDir(ctx context.Context, c *client.Conn, o options, remote, local string, out printer) (int, error) {
+	if err := c.DownloadDir(ctx, remote, local, client.DirOptions{User: o.user}); err != nil {
+		return 0, err
+	}
+	out.dir("content", local)
+	return 0, nil
+}
+
+// dir prints the directory a put -r or get -r filled, or with --json
+// {"kind":KIND,"path":P,"directory":true}.
+func (p printer) dir(kind, path string) {
+	if p.json {
+		p.asJSON(kind, map[string]any{"path": path, "directory": true})
+		return
+	}
+	fmt.Fprintf(p.stdout, "%s/ directory copied\n", strings.TrimRight(path, "/"))
 }
 
 // transferred prints what relayd reported of a file: PATH BYTES SHA256,

@@ -49,3 +49,41 @@ func TestPutGet(t *testing.T) {
 		t.Fatalf("put --mode 9: got %d, stderr %q; want %d naming --mode", got.code, got.stderr, exitFailed)
 	}
 }
+
+// put -r and get -r move a directory (client.UploadDir, DownloadDir).
+func TestPutGetRecursive(t *testing.T) {
+	r := start(t)
+	tok := []string{"RELAYD_TOKEN=" + r.Token}
+	local := t.TempDir()
+	data := bytes.Repeat([]byte("\x00\xff"), 50_000)
+	for name, body := range map[string][]byte{"a.bin": data, "sub/b.txt": []byte("b\n")} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(local, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(local, name), body, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := relayctl(t, tok, "put", "--addr", r.Addr, "-r", local, "tree")
+	if got.code != 0 {
+		t.Fatalf("put -r: %d, stderr %q; want 0", got.code, got.stderr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(r.Workspace, "tree", "a.bin")); !bytes.Equal(b, data) {
+		t.Fatalf("put -r: tree/a.bin holds %d bytes; want %d", len(b), len(data))
+	}
+	back := filepath.Join(t.TempDir(), "back")
+	got = relayctl(t, tok, "get", "--addr", r.Addr, "--recursive", "tree", back)
+	if got.code != 0 {
+		t.Fatalf("get -r: %d, stderr %q; want 0", got.code, got.stderr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(back, "sub", "b.txt")); string(b) != "b\n" {
+		t.Fatalf("get -r: sub/b.txt holds %q; want b", b)
+	}
+	if fi, err := os.Stat(filepath.Join(back, "a.bin")); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("get -r: a.bin: %v; want mode 0755", err)
+	}
+	got = relayctl(t, tok, "get", "--addr", r.Addr, "-r", "tree", "-")
+	if got.code != exitFailed || !strings.Contains(got.stderr, "-r") {
+		t.Fatalf("get -r to stdout: %d, stderr %q; want %d naming -r", got.code, got.stderr, exitFailed)
+	}
+}

@@ -41,6 +41,7 @@ const usage = `relayctl talks to relayd (docs/protocol.md).
 
   relayctl exec [flags] -- COMMAND ARGS...   run COMMAND; print its stdout; exit with its status
                                              (--stream: live; --stderr; --on-exit; --detach)
+                                             (--input TEXT, -i: relayctl's stdin to it; --user USER[:GROUP])
   relayctl attach [flags] EXECUTION          take over an execution run with --detach whose
                                              relayctl went away; print and exit as exec does
   relayctl ready [flags]                     probe relayd: version, scope mechanism, workspace
@@ -53,8 +54,8 @@ const usage = `relayctl talks to relayd (docs/protocol.md).
                                              wait for a relayd that dials out (relayd --connect),
                                              run COMMAND if given, then verify
   relayctl put [flags] LOCAL REMOTE          store LOCAL (- for stdin) at REMOTE, atomically
-                                             (--mode 0755, --user, --parents)
-  relayctl get [flags] REMOTE LOCAL          copy REMOTE to LOCAL (- for stdout); --user
+                                             (--mode 0755, --user, --parents; -r: a directory)
+  relayctl get [flags] REMOTE LOCAL          copy REMOTE to LOCAL (- for stdout); --user; -r
   relayctl --version                         print relayctl's version
 
 relayd is reached at --addr HOST:PORT, or with --over 'docker exec -i C
@@ -87,9 +88,12 @@ type options struct {
 	settle          bool          // verify: "survivors":"settle"
 	keep            []int         // verify: "keep"
 	session         bool          // verify: without "all" (protocol 4.3)
+	input           string        // exec, accept: the command's stdin (execute's "input")
+	stdin           bool          // exec, accept: relayctl's stdin streamed to the command's, after input
 	mode            string        // put: permission bits, octal
-	user            string        // put, get: with this user's rights
+	user            string        // exec, accept: run as this user; put, get: with this user's rights
 	parents         bool          // put: make missing directories
+	recursive       bool          // put, get: a directory, as a tar archive
 }
 
 func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -135,6 +139,9 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		fs.BoolVar(&o.stderr, "stderr", false, "capture the command's stderr and print it on relayctl's stderr (captureStderr)")
 		fs.StringVar(&o.onExit, "on-exit", "", "when the command exits by itself: leave (relayd's default), settle, or settle-on-failure its scope")
 		fs.DurationVar(&o.detach, "detach", 0, "let the command outlive relayctl's connection this long (detachMs); relayctl attach takes it over")
+		fs.StringVar(&o.input, "input", "", "TEXT written to the command's stdin, which then closes (unless --stdin)")
+		fs.BoolVarP(&o.stdin, "stdin", "i", false, "stream relayctl's own stdin to the command's (after --input) until its end, which closes it")
+		fs.StringVar(&o.user, "user", "", "run the command as this user: a name or uid, optionally :GROUP (relayd must be root)")
 	}
 	if verb == "exec" || verb == "accept" || verb == "attach" {
 		fs.BoolVar(&o.stream, "stream", false, "print the command's stdout and stderr as they arrive (stream), not at its end")
@@ -146,6 +153,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	}
 	if verb == "put" || verb == "get" {
 		fs.StringVar(&o.user, "user", "", "read or write the file with this user's rights (name or uid[:group]); a new file is its")
+		fs.BoolVarP(&o.recursive, "recursive", "r", false, "copy a directory and what it holds (a tar archive over put and get; tar must be on relayd's side)")
 	}
 	if verb == "put" {
 		fs.StringVar(&o.mode, "mode", "", "the file's permission bits, octal (default 0644)")
@@ -288,8 +296,14 @@ func dispatch(ctx context.Context, verb string, o options, token string, command
 	case "attach":
 		return attach(ctx, c, o, command[0], out)
 	case "put":
+		if o.recursive {
+			return putDir(ctx, c, o, command[0], command[1], out)
+		}
 		return putFile(ctx, c, o, command[0], command[1], out)
 	case "get":
+		if o.recursive {
+			return getDir(ctx, c, o, command[0], command[1], out)
+		}
 		return getFile(ctx, c, o, command[0], command[1], out)
 	}
 	// accept: the command if one was given, then verify, which ends a
@@ -340,6 +354,13 @@ func execute(ctx context.Context, c *client.Conn, o options, command []string, o
 		}
 	}
 	req.CaptureStderr, req.OnExit, req.Detach = o.stderr, client.OnExit(o.onExit), o.detach
+	req.User = o.user
+	if o.input != "" {
+		req.Input = []byte(o.input)
+	}
+	if o.stdin {
+		req.Stdin = os.Stdin
+	}
 	live := &liveOutput{p: out}
 	if o.stream {
 		req.Output = live.write

@@ -2,9 +2,13 @@ package main
 
 import (
 	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,8 +66,15 @@ type result struct {
 // without RELAYD_* otherwise) and returns its status and output.
 func relayctl(t *testing.T, env []string, args ...string) result {
 	t.Helper()
+	return relayctlIn(t, env, nil, args...)
+}
+
+// relayctlIn is relayctl with stdin as relayctl's stdin (nil: /dev/null).
+func relayctlIn(t *testing.T, env []string, stdin io.Reader, args ...string) result {
+	t.Helper()
 	cmd := exec.Command(relayctlBin, args...)
 	cmd.Env = append(testharness.CleanEnv(), env...)
+	cmd.Stdin = stdin
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := testharness.RunWithin(cmd, 60*time.Second); errors.Is(err, testharness.ErrTooLong) || cmd.ProcessState == nil {
@@ -296,5 +307,40 @@ func TestOverCommand(t *testing.T) {
 	}
 	if got := relayctl(t, tok, "ready", "--over", relaydBin+" bridge --socket "+filepath.Join(t.TempDir(), "none")); got.code != 125 {
 		t.Fatalf("ready over a bridge to nobody: %d; want 125", got.code)
+	}
+}
+
+// exec --input, -i and --user (protocol 4.6, "stdin" and "Users"):
+// --input is the subject's whole stdin, -i streams relayctl's own stdin
+// to it until EOF, --user runs it as another user.
+func TestExecStdinAndUser(t *testing.T) {
+	r := start(t)
+	tok := []string{"RELAYD_TOKEN=" + r.Token}
+	got := relayctl(t, tok, "exec", "--addr", r.Addr, "--input", "hi", "--", "cat")
+	if got.code != 0 || got.stdout != "hi" {
+		t.Fatalf("exec --input hi -- cat: %d, stdout %q, stderr %q; want 0, hi", got.code, got.stdout, got.stderr)
+	}
+	data := make([]byte, 8<<20)
+	_, _ = rand.Read(data)
+	sum := sha256.Sum256(data)
+	got = relayctlIn(t, tok, bytes.NewReader(data), "exec", "--addr", r.Addr, "-i", "--", "sha256sum")
+	if want := hex.EncodeToString(sum[:]) + "  -\n"; got.code != 0 || got.stdout != want {
+		t.Fatalf("exec -i -- sha256sum of 8 MiB: %d, stdout %q, stderr %q; want 0, %q", got.code, got.stdout, got.stderr, want)
+	}
+	got = relayctlIn(t, tok, strings.NewReader("tail"), "exec", "--addr", r.Addr, "--input", "head ", "--stdin", "--", "cat")
+	if got.code != 0 || got.stdout != "head tail" {
+		t.Fatalf("exec --input 'head ' --stdin -- cat: %d, stdout %q; want 0, \"head tail\"", got.code, got.stdout)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("--user needs relayd to run as root")
+	}
+	// The workspace is the test's, 0700: nobody runs from /.
+	got = relayctl(t, tok, "exec", "--addr", r.Addr, "--user", "nobody", "--cwd", "/", "--", "id", "-u")
+	if got.code != 0 || got.stdout != "65534\n" {
+		t.Fatalf("exec --user nobody -- id -u: %d, stdout %q, stderr %q; want 0, 65534", got.code, got.stdout, got.stderr)
+	}
+	got = relayctl(t, tok, "exec", "--addr", r.Addr, "--user", "no-such-user-19", "--", "true")
+	if got.code != exitFailed || !strings.Contains(got.stderr, "bad-request") {
+		t.Fatalf("exec --user no-such-user-19: %d, stderr %q; want %d, bad-request", got.code, got.stderr, exitFailed)
 	}
 }
