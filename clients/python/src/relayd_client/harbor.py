@@ -19,12 +19,9 @@ the main service through ``docker exec -i MAIN relayd bridge``:
   ``asyncio.wait_for`` around the agent) closes its connection, so relayd
   settles what that command runs instead of leaving it behind.
 - files: relayd's ``put``/``get`` (chunked, sha256-checked, atomic).
-  Directories go as one tar file: tarred here with ``tarfile``, sent with
-  ``upload_file`` and unpacked there with ``tar -x``; back the same way
-  (``tar -c`` there, ``download_file``, unpacked here with tarfile's data
-  filter). Chosen over ``execute tar`` with the tar on stdin because stdin
-  goes in one message (at most relayd's --max-line-bytes, 1 MiB, as
-  base64), while files go in chunks up to --max-file-bytes.
+  Directories are the client's ``upload_dir``/``download_dir``: one tar
+  file over put/get, unpacked by ``tar`` on the other side (see
+  ``relayd_client._dirs`` for why not tar over stdin).
 - ``end_agent_phase(keep=..., keep_ports=...)``: the trial boundary
   (``verify(all=True, survivors="settle")``): every execution ends and what
   they left is settled, but for the kept pids (and the processes listening
@@ -48,12 +45,9 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import io
 import os
-import secrets
 import shlex
 import subprocess
-import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any, Dict, List, Optional, Sequence, Union
@@ -219,33 +213,10 @@ class RelaydEnvironmentMixin:
         if self._relayd_boundary_before_tests and PurePosixPath(target_dir) == PurePosixPath(TESTS_DIR) \
                 and not self._relayd_agent_ended:
             await self.end_agent_phase()
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            tar.add(str(source_dir), arcname=".")
-        buf.seek(0)
-        tmp = "/tmp/.relayd-harbor-" + secrets.token_hex(8) + ".tar"
-        await self._relayd_call(Client.upload_file, tmp, buf, mode=0o600)
-        q = shlex.quote
-        await self._relayd_tar(f"mkdir -p {q(target_dir)} && tar -x -f {q(tmp)} -C {q(target_dir)}; s=$?; rm -f {q(tmp)}; exit $s")
+        await self._relayd_call(Client.upload_dir, str(source_dir), target_dir, timeout=None)
 
     async def download_dir(self, source_dir: str, target_dir: Union[Path, str]) -> None:
-        tmp = "/tmp/.relayd-harbor-" + secrets.token_hex(8) + ".tar"
-        q = shlex.quote
-        await self._relayd_tar(f"tar -c -f {q(tmp)} -C {q(source_dir)} .")
-        try:
-            buf = io.BytesIO()
-            await self._relayd_call(Client.download_file_to, tmp, buf)
-        finally:
-            await self._relayd_tar(f"rm -f {q(tmp)}")
-        buf.seek(0)
-        Path(target_dir).mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=buf, mode="r") as tar:
-            _extract(tar, str(target_dir))
-
-    async def _relayd_tar(self, script: str) -> None:
-        r = await self._relayd_call(Client.execute, "sh", ["-c", script], capture_stderr=True, timeout_ms=600_000)
-        if r.exit_code != 0:
-            raise RuntimeError(f"relayd_client.harbor: {script!r} in the environment exited {r.exit_code}: {r.stderr}")
+        await self._relayd_call(Client.download_dir, source_dir, str(target_dir), timeout=None)
 
     # -- the trial boundary --
 
@@ -266,19 +237,6 @@ class RelaydEnvironmentMixin:
         v: Verified = await self._relayd_call(boundary)
         self._relayd_agent_ended = True
         return v
-
-
-def _extract(tar: tarfile.TarFile, dest: str) -> None:
-    if hasattr(tarfile, "data_filter"):
-        extractall: Any = tar.extractall  # filter=: Python 3.12, and 3.9.17+ and 3.11.4+ by backport
-        extractall(dest, filter="data")
-        return
-    root = os.path.realpath(dest)  # a Python without extraction filters: check each member
-    for m in tar.getmembers():
-        path = os.path.realpath(os.path.join(dest, m.name))
-        if not (m.isfile() or m.isdir()) or os.path.commonpath([root, path]) != root:
-            raise RuntimeError(f"relayd_client.harbor: refusing tar member {m.name!r} (outside the target, or a link or device)")
-    tar.extractall(dest)
 
 
 def _harbor(module: str) -> Any:
