@@ -84,30 +84,5 @@ func TestDockerBesideTheTaskStop(t *testing.T) {
 		return err == nil && strings.TrimSpace(out) != ""
 	})
 	stopTimeout, _ := strconv.Atoi(tr.inspect("{{.Config.StopTimeout}}"))
-	began := time.Now()
-	stopped := make(chan error, 1)
-	go func() { _, err := docker(time.Minute, "stop", tr.name); stopped <- err }()
-	r := c.read(time.Duration(stopTimeout+5) * time.Second)
-	if r == nil || r["id"] != "busy" {
-		t.Fatalf("got %v; want the executed reply of the running execution (relayd heard docker stop)", r)
-	}
-	wantExit(t, r, "framework_timeout", 124)
-	if r["settlement"] != "settled" {
-		t.Fatalf("settlement %v; want settled", r["settlement"])
-	}
-	select {
-	case err := <-stopped:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("docker stop did not return within a minute")
-	}
-	took := time.Since(began)
-	if code := tr.waitExit(10 * time.Second); code != 0 {
-		t.Fatalf("container exited %d after docker stop; want 0, relayd's (137 is docker's SIGKILL at the stop timeout)", code)
-	}
-	if took >= time.Duration(stopTimeout)*time.Second {
-		t.Fatalf("docker stop took %s; want within the %d s stop timeout", took, stopTimeout)
-	}
+	stopSettles(t, tr, c, time.Duration(stopTimeout+5)*time.Second, stopTimeout)
 }

@@ -420,12 +420,21 @@ func TestDockerStopSettles(t *testing.T) {
 	if stopTimeout != 15 {
 		t.Fatalf("stop timeout %d; want the README's 15", stopTimeout)
 	}
+	stopSettles(t, tr, c, 20*time.Second, stopTimeout)
+}
+
+// stopSettles runs docker stop while c's execution "busy" runs, and wants
+// its executed reply (framework_timeout, settled) within wait, then the
+// container's exit 0 well within its stop timeout (stopTimeout, seconds):
+// relayd heard docker stop and settled, docker did not SIGKILL it.
+func stopSettles(t *testing.T, tr *trial, c *client, wait time.Duration, stopTimeout int) {
+	t.Helper()
 	began := time.Now()
 	stopped := make(chan error, 1)
 	go func() { _, err := docker(time.Minute, "stop", tr.name); stopped <- err }()
-	r := c.read(20 * time.Second)
+	r := c.read(wait)
 	if r == nil || r["id"] != "busy" {
-		t.Fatalf("got %v; want the executed reply of the running execution", r)
+		t.Fatalf("got %v; want the executed reply of the running execution (relayd heard docker stop)", r)
 	}
 	wantExit(t, r, "framework_timeout", 124)
 	if r["settlement"] != "settled" {
@@ -441,7 +450,7 @@ func TestDockerStopSettles(t *testing.T) {
 	}
 	took := time.Since(began)
 	if code := tr.waitExit(10 * time.Second); code != 0 {
-		t.Fatalf("container exited %d after docker stop; want 0 (137 is docker's SIGKILL at the stop timeout)", code)
+		t.Fatalf("container exited %d after docker stop; want 0, relayd's (137 is docker's SIGKILL at the stop timeout)", code)
 	}
 	if took >= time.Duration(stopTimeout)*time.Second {
 		t.Fatalf("docker stop took %s; want within the %d s stop timeout", took, stopTimeout)
