@@ -337,8 +337,16 @@ func (p *shimProc) reply(r shimReply) { p.send(frReply, r) }
 
 // sweepLocked reaps every ended child; the subject's end is reported, and
 // once the subject is gone and no child is left, the subtree is empty and
-// the shim is free.
+// the shim is free. A subject that leaves nothing is reported in one frame,
+// its end with the word that the subtree is empty, so that relayd knows
+// both when the status comes and asks for no look.
 func (p *shimProc) sweepLocked() (reaped bool) {
+	var exit *shimExit
+	defer func() {
+		if exit != nil {
+			p.send(frExited, *exit)
+		}
+	}()
 	for {
 		var ws unix.WaitStatus
 		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG|unix.WALL, nil)
@@ -348,7 +356,11 @@ func (p *shimProc) sweepLocked() (reaped bool) {
 		if err == unix.ECHILD {
 			if p.busy && p.subject == 0 {
 				p.busy, p.left = false, false
-				p.send(frEmpty, struct{}{})
+				if exit != nil {
+					exit.Empty = true
+				} else {
+					p.send(frEmpty, struct{}{})
+				}
 			}
 			return reaped
 		}
@@ -365,7 +377,7 @@ func (p *shimProc) sweepLocked() (reaped bool) {
 				unix.Close(p.subjectFD)
 				p.subjectFD = -1
 			}
-			p.send(frExited, shimExit{PID: pid, Exited: ws.Exited(), Code: ws.ExitStatus(), Signal: int(ws.Signal())})
+			exit = &shimExit{PID: pid, Exited: ws.Exited(), Code: ws.ExitStatus(), Signal: int(ws.Signal())}
 		}
 	}
 }

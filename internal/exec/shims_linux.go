@@ -346,25 +346,44 @@ func (sh *shim) read() {
 			}
 			st := Status{Exited: x.Exited, Code: x.Code, Signal: syscall.Signal(x.Signal), At: time.Now()}
 			sh.mu.Lock()
-			if run := sh.cur; run != nil && !run.ended {
+			run := sh.cur
+			if x.Empty {
+				// Known empty before the status is out: the look after
+				// the exit asks the shim nothing.
+				sh.cur = nil
+				if run != nil {
+					run.empty = true
+				}
+			}
+			if run != nil && !run.ended {
 				run.ended = true
 				run.exited <- st // buffered
 				close(run.exited)
 			}
-			sh.mu.Unlock()
-		case frEmpty:
-			sh.mu.Lock()
-			run := sh.cur
-			sh.cur = nil
-			if run != nil {
-				run.empty = true
-			}
 			retiring := sh.retiring
 			sh.mu.Unlock()
-			if !retiring {
+			if x.Empty && !retiring {
 				sh.pool.put(sh)
 			}
+		case frEmpty:
+			sh.freed()
 		}
+	}
+}
+
+// freed is the shim's word that its subtree is empty: it goes back to the
+// pool.
+func (sh *shim) freed() {
+	sh.mu.Lock()
+	run := sh.cur
+	sh.cur = nil
+	if run != nil {
+		run.empty = true
+	}
+	retiring := sh.retiring
+	sh.mu.Unlock()
+	if !retiring {
+		sh.pool.put(sh)
 	}
 }
 

@@ -34,7 +34,7 @@ const (
 const (
 	frHello  = 'h' // the shim is ready
 	frReply  = 'r' // the reply to a request (shimReply)
-	frExited = 'x' // the subject was reaped (shimExit)
+	frExited = 'x' // the subject was reaped (shimExit); with Empty, the subtree is empty too
 	frEmpty  = 'e' // the subject is gone and the subtree is empty: the shim is free
 )
 
@@ -98,6 +98,9 @@ type shimExit struct {
 	Exited bool
 	Code   int
 	Signal int
+	// Empty: no child was left when the subject was reaped, and the shim
+	// is free (no empty event follows).
+	Empty bool `json:",omitempty"`
 }
 
 // errShimFrame is a frame that breaks the wire's rules.
