@@ -82,8 +82,8 @@ CHAOS     ?= 500
 chaos:
 	RELAYD_CHAOS=$(CHAOS) $(GO) test $(RACE) -count=1 -run '^TestChaos$$' -v -timeout 60m ./e2e/
 
-## fuzz: each fuzz target (internal/protocol, client) for FUZZTIME executions (default 150000x, a few seconds each)
-FUZZPKGS := ./internal/protocol/ ./client/
+## fuzz: each fuzz target (internal/protocol, client, internal/exec) for FUZZTIME executions (default 150000x, a few seconds each)
+FUZZPKGS := ./internal/protocol/ ./client/ ./internal/exec/
 fuzz:
 	@for p in $(FUZZPKGS); do \
 		for f in $$($(GO) test -list '^Fuzz' $$p | grep '^Fuzz'); do \

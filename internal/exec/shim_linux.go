@@ -3,7 +3,6 @@ package exec
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -140,7 +139,7 @@ func runShim(catchRest func()) int {
 	// through its pidfd, in the loop below, and a look reaps first; the
 	// loop's tick only collects the later ends of survivors, so that the
 	// shim goes back to the pool.
-	p.send(frHello, struct{ PID int }{p.self})
+	p.send(frHello, &shimHello{p.self})
 	r := &rawFrameReader{fd: p.sock, oob: make([]byte, unix.CmsgSpace(maxShimFDs*4))}
 	// The loop is the main thread's, in blocking system calls (poll, read):
 	// a request or the subject's end is served without a scheduler hop.
@@ -180,7 +179,7 @@ func runShim(catchRest func()) int {
 		case frSync:
 			closeFDs(fds)
 			var req shimReq
-			_ = json.Unmarshal(body, &req)
+			_ = decodeBody(body, &req)
 			p.mu.Lock()
 			p.sweepLocked()
 			p.reply(shimReply{Seq: req.Seq})
@@ -323,7 +322,7 @@ const (
 	reapCeil  = 30 * time.Second
 )
 
-func (p *shimProc) send(kind byte, v any) {
+func (p *shimProc) send(kind byte, v wireMsg) {
 	b, err := encodeFrame(kind, v)
 	if err != nil {
 		return
@@ -333,7 +332,7 @@ func (p *shimProc) send(kind byte, v any) {
 	_ = writeFull(p.sock, b)
 }
 
-func (p *shimProc) reply(r shimReply) { p.send(frReply, r) }
+func (p *shimProc) reply(r shimReply) { p.send(frReply, &r) }
 
 // sweepLocked reaps every ended child; the subject's end is reported, and
 // once the subject is gone and no child is left, the subtree is empty and
@@ -344,7 +343,7 @@ func (p *shimProc) sweepLocked() (reaped bool) {
 	var exit *shimExit
 	defer func() {
 		if exit != nil {
-			p.send(frExited, *exit)
+			p.send(frExited, exit)
 		}
 	}()
 	for {
@@ -359,7 +358,7 @@ func (p *shimProc) sweepLocked() (reaped bool) {
 				if exit != nil {
 					exit.Empty = true
 				} else {
-					p.send(frEmpty, struct{}{})
+					p.send(frEmpty, shimNone{})
 				}
 			}
 			return reaped
@@ -388,7 +387,7 @@ func (p *shimProc) sweepLocked() (reaped bool) {
 func (p *shimProc) start(body []byte, fds []int) {
 	defer closeFDs(fds)
 	var req shimStart
-	if err := json.Unmarshal(body, &req); err != nil || len(fds) != req.FDs || len(fds) < 3 {
+	if err := decodeBody(body, &req); err != nil || len(fds) != req.FDs || len(fds) < 3 {
 		p.reply(shimReply{Seq: req.Seq, Err: "malformed start request", Stage: "scope"})
 		return
 	}
@@ -535,7 +534,7 @@ func noChild() bool {
 
 func (p *shimProc) members(body []byte) {
 	var req shimReq
-	_ = json.Unmarshal(body, &req)
+	_ = decodeBody(body, &req)
 	members, err := p.look()
 	r := shimReply{Seq: req.Seq}
 	switch {
@@ -572,7 +571,7 @@ func (p *shimProc) signalAll(sig syscall.Signal) error {
 
 func (p *shimProc) signal(body []byte) {
 	var req shimReq
-	_ = json.Unmarshal(body, &req)
+	_ = decodeBody(body, &req)
 	r := shimReply{Seq: req.Seq}
 	var err error
 	if req.Members != nil {

@@ -2,7 +2,6 @@ package exec
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -329,7 +328,7 @@ func (sh *shim) read() {
 			close(sh.hello)
 		case frReply:
 			var rep shimReply
-			if json.Unmarshal(body, &rep) != nil {
+			if decodeBody(body, &rep) != nil {
 				continue
 			}
 			sh.mu.Lock()
@@ -341,7 +340,7 @@ func (sh *shim) read() {
 			}
 		case frExited:
 			var x shimExit
-			if json.Unmarshal(body, &x) != nil {
+			if decodeBody(body, &x) != nil {
 				continue
 			}
 			st := Status{Exited: x.Exited, Code: x.Code, Signal: syscall.Signal(x.Signal), At: time.Now()}
@@ -438,7 +437,7 @@ func (sh *shim) kill() {
 	sh.conn.Close()
 }
 
-func (sh *shim) write(kind byte, v any, fds []int) error {
+func (sh *shim) write(kind byte, v wireMsg, fds []int) error {
 	sh.wmu.Lock()
 	defer sh.wmu.Unlock()
 	_ = sh.conn.SetWriteDeadline(time.Now().Add(shimRPCTimeout))
@@ -448,7 +447,7 @@ func (sh *shim) write(kind byte, v any, fds []int) error {
 // call sends a request and waits for its reply. run, when set, must still
 // be the shim's execution: a request of an execution whose subtree is
 // empty is never sent, so it cannot reach the next execution's.
-func (sh *shim) call(run *shimRun, kind byte, req func(seq uint32) any, fds []int) (shimReply, error) {
+func (sh *shim) call(run *shimRun, kind byte, req func(seq uint32) wireMsg, fds []int) (shimReply, error) {
 	sh.mu.Lock()
 	if run != nil && run.empty {
 		// The subtree was reported empty: the shim may serve another
@@ -523,7 +522,7 @@ func (sh *shim) startOn(req shimStart, fds []int) (*shimRun, shimReply, error) {
 	sh.cur = run
 	sh.mu.Unlock()
 	req.FDs = len(fds)
-	rep, err := sh.call(nil, frStart, func(seq uint32) any { req.Seq = seq; return req }, fds)
+	rep, err := sh.call(nil, frStart, func(seq uint32) wireMsg { req.Seq = seq; return &req }, fds)
 	if err != nil || rep.Err != "" {
 		sh.mu.Lock()
 		if sh.cur == run {
@@ -538,7 +537,7 @@ func (sh *shim) startOn(req shimStart, fds []int) (*shimRun, shimReply, error) {
 
 // members asks for the subtree: empty only on the kernel's word.
 func (run *shimRun) members() ([]Member, error) {
-	rep, err := run.sh.call(run, frMembers, func(seq uint32) any { return shimReq{Seq: seq} }, nil)
+	rep, err := run.sh.call(run, frMembers, func(seq uint32) wireMsg { return &shimReq{Seq: seq} }, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -603,7 +602,7 @@ func (run *shimRun) signalSome(sig syscall.Signal, members []Member) error {
 			list[i] = [2]uint64{uint64(m.PID), m.Start}
 		}
 	}
-	rep, err := run.sh.call(run, frSignal, func(seq uint32) any { return shimReq{Seq: seq, Sig: int(sig), Members: list} }, nil)
+	rep, err := run.sh.call(run, frSignal, func(seq uint32) wireMsg { return &shimReq{Seq: seq, Sig: int(sig), Members: list} }, nil)
 	if errors.Is(err, ErrShimLost) {
 		run.signalLost(sig)
 	}
@@ -619,7 +618,7 @@ func (run *shimRun) signalSome(sig syscall.Signal, members []Member) error {
 // sync has the shim reap what has ended: a subject's end it collects
 // reaches run.exited before sync returns.
 func (run *shimRun) sync() {
-	_, _ = run.sh.call(run, frSync, func(seq uint32) any { return shimReq{Seq: seq} }, nil)
+	_, _ = run.sh.call(run, frSync, func(seq uint32) wireMsg { return &shimReq{Seq: seq} }, nil)
 }
 
 // leaveAlone tells the shim that what remains is left alone (rule 6.1):
@@ -630,7 +629,7 @@ func (run *shimRun) leaveAlone() {
 	defer sh.mu.Unlock()
 	run.left = true
 	if sh.cur == run && !sh.dead {
-		_ = sh.write(frLeave, shimReq{}, nil)
+		_ = sh.write(frLeave, shimNone{}, nil)
 	}
 }
 

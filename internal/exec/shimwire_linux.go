@@ -3,7 +3,6 @@ package exec
 import (
 	"bufio"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +13,9 @@ import (
 
 // The wire between relayd and a shim (shim_linux.go): a Unix stream
 // socketpair, the shim's descriptor 3. Each message is a frame: a 4-byte
-// little-endian length, a kind byte, and that many bytes of JSON less one.
+// little-endian length, a kind byte, and that many bytes less one of body,
+// in the binary form of wirecodec_linux.go (JSON's reflection was a third
+// of a shim's CPU per execute).
 // Descriptors travel with a frame's header (SCM_RIGHTS), only from relayd
 // to a shim. Requests carry a sequence number that their reply echoes;
 // events (hello, exited, empty) carry none. A shim answers requests in the
@@ -58,13 +59,13 @@ type shimStart struct {
 	Argv   []string
 	Env    []string
 	Dir    string
-	Cred   *shimCred `json:",omitempty"`
+	Cred   *shimCred
 	Cgroup int
 	// Grace and Timeout (nanoseconds) are the budget of the settlement the
 	// shim makes by itself when relayd dies while the subject runs.
 	Grace, Timeout int64
 	FDs            int   // descriptors in the frame: stdin, stdout, stderr, then the cgroup's
-	DropCaps       []int `json:",omitempty"` // capabilities the subject must not hold (--drop-capabilities)
+	DropCaps       []int // capabilities the subject must not hold (--drop-capabilities)
 }
 
 type shimCred struct {
@@ -74,23 +75,23 @@ type shimCred struct {
 
 type shimReq struct {
 	Seq uint32
-	Sig int `json:",omitempty"`
+	Sig int
 	// Members, with a signal, are the processes to signal (pid, start
 	// time), from the last look; nil: every process a fresh walk finds.
-	Members [][2]uint64 `json:",omitempty"`
+	Members [][2]uint64
 }
 
 type shimReply struct {
 	Seq   uint32
-	Err   string `json:",omitempty"` // the request failed; for a start, nothing ran
-	Errno int    `json:",omitempty"` // a start's errno
-	Stage string `json:",omitempty"` // a start's failing stage: "scope" or "exec"
-	PID   int    `json:",omitempty"` // a start's subject
-	Start uint64 `json:",omitempty"` // its start time (clock ticks since boot)
+	Err   string // the request failed; for a start, nothing ran
+	Errno int    // a start's errno
+	Stage string // a start's failing stage: "scope" or "exec"
+	PID   int    // a start's subject
+	Start uint64 // its start time (clock ticks since boot)
 	// Members is the subtree (pid, start time) of a members request;
 	// Empty is the kernel's word that nothing is left (wait: no child).
-	Members [][2]uint64 `json:",omitempty"`
-	Empty   bool        `json:",omitempty"`
+	Members [][2]uint64
+	Empty   bool       
 }
 
 type shimExit struct {
@@ -100,7 +101,7 @@ type shimExit struct {
 	Signal int
 	// Empty: no child was left when the subject was reaped, and the shim
 	// is free (no empty event follows).
-	Empty bool `json:",omitempty"`
+	Empty bool
 }
 
 // errShimFrame is a frame that breaks the wire's rules.
@@ -108,7 +109,7 @@ var errShimFrame = errors.New("exec: malformed shim frame")
 
 // writeFrame writes one frame, with fds (relayd to shim only). The caller
 // serialises writes.
-func writeFrame(c *net.UnixConn, kind byte, v any, fds []int) error {
+func writeFrame(c *net.UnixConn, kind byte, v wireMsg, fds []int) error {
 	buf, err := encodeFrame(kind, v)
 	if err != nil {
 		return err
@@ -131,15 +132,15 @@ func writeFrame(c *net.UnixConn, kind byte, v any, fds []int) error {
 }
 
 // encodeFrame is one frame: header and body.
-func encodeFrame(kind byte, v any) ([]byte, error) {
-	body, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
+func encodeFrame(kind byte, v wireMsg) ([]byte, error) {
+	e := wireEnc{b: make([]byte, 5, 64)}
+	v.put(&e)
+	if len(e.b)-4 > maxShimFrame {
+		return nil, fmt.Errorf("%w: length %d", errShimFrame, len(e.b)-4)
 	}
-	buf := make([]byte, 5, 5+len(body))
-	binary.LittleEndian.PutUint32(buf, uint32(len(body)+1))
-	buf[4] = kind
-	return append(buf, body...), nil
+	binary.LittleEndian.PutUint32(e.b, uint32(len(e.b)-4))
+	e.b[4] = kind
+	return e.b, nil
 }
 
 // frameReader reads frames on relayd's side (no descriptors come to it).
