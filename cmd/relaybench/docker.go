@@ -33,6 +33,11 @@ func (b *bench) dockerSection() {
 		logf("docker section skipped: %s", why)
 		sec.add(skipped(dx, "ms", why))
 		sec.add(skipped(rx, "ms", why))
+		for _, s := range []*burst{dockerBurst(nil), relaydBurst(nil)} {
+			rate, lat := s.figures()
+			sec.add(skipped(rate.Name, rate.Unit, why))
+			sec.add(skipped(lat.Name, lat.Unit, why))
+		}
 	}
 	env, why := b.dockerSetup()
 	if why != "" {
@@ -49,8 +54,10 @@ func (b *bench) dockerSection() {
 	sec.note("one container from %s with relayd added by deploy/docker/Dockerfile, started by deploy/docker/run.sh (relayd as PID 1, scope mechanism %s, port published on 127.0.0.1, token file mounted read-only, mode 0600)", env.taskImage, env.mechanism)
 	sec.note("docker exec: `docker exec CONTAINER true` through the docker CLI (%s), spawned and waited for by this program; relayd: execute of /bin/true over one connection to the published port", env.version)
 	sec.note("the series take turns, %d docker exec and %d relayd executes at a time, for up to %d rounds; the ratio is relayd's median over docker exec's (below 1x is faster)", de.block, rl.block, rounds)
+	// The section's budget, shared: the round trip may spend two thirds of
+	// it, the concurrency part the rest.
 	began, budget := time.Now(), b.pickDur(60*time.Second, 20*time.Second)
-	if done := interleave([]*series{de, rl}, rounds, func() bool { return b.cut(began, budget) }); done < rounds {
+	if done := interleave([]*series{de, rl}, rounds, func() bool { return b.cut(began, budget*2/3) }); done < rounds {
 		b.report.note("docker: %d of %d rounds within the time budget", done, rounds)
 	}
 	fd := sec.add(de.figure("ms"))
@@ -58,16 +65,19 @@ func (b *bench) dockerSection() {
 	if fr.Baseline != nil && fr.Ratio > 0 {
 		sec.note("docker exec's median is %.0fx relayd's, its p99 %.0fx relayd's", 1/fr.Ratio, fd.P99/fr.P99)
 	}
+	b.dockerConcurrency(sec, env, began, budget)
 }
 
 // dockerEnv is the container the docker section measures, and what to
 // remove after it.
 type dockerEnv struct {
 	name, taskImage, version, mechanism string
+	addr                                string   // relayd's published port, 127.0.0.1:PORT
 	token                               string   // relayd's, for a second connection (the bridge)
 	tags                                []string // images built for this run only
 	dir                                 string   // the token file, the build context
 	cl                                  *benchClient
+	execs                               running // docker exec processes not yet waited for
 	forget                              func()
 	once                                sync.Once
 }
@@ -199,6 +209,7 @@ func (b *bench) dockerSetup() (*dockerEnv, string) {
 	if host, _, err := net.SplitHostPort(addr); err != nil || host != "127.0.0.1" {
 		return fail(fmt.Sprintf("docker port printed %q; want 127.0.0.1:PORT", addr))
 	}
+	env.addr = addr
 	if env.cl, err = connectRetry(addr, token, 30*time.Second); err != nil {
 		logs, _ := dockerCLI(10*time.Second, "logs", env.name)
 		return fail(fmt.Sprintf("relayd in %s: %v (log: %s)", env.name, err, tail(strings.TrimSpace(logs), 300)))
@@ -254,7 +265,13 @@ func (e *dockerEnv) dockerExec() error {
 	var stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, "docker", "exec", e.name, "true")
 	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("docker exec %s true: %v", e.name, err)
+	}
+	e.execs.add(cmd.Process)
+	err := cmd.Wait()
+	e.execs.done(cmd.Process)
+	if err != nil {
 		return fmt.Errorf("docker exec %s true: %v: %s", e.name, err, tail(strings.TrimSpace(stderr.String()), 300))
 	}
 	return nil
@@ -273,6 +290,10 @@ func (e *dockerEnv) removeOnce() {
 	if e.forget != nil {
 		e.forget()
 	}
+	// An interrupted run may have docker execs running (32 at once in the
+	// concurrency part): they are killed by pid before the container goes,
+	// so none outlives the run.
+	e.execs.kill()
 	if e.cl != nil {
 		e.cl.close()
 	}
