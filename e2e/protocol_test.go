@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -380,5 +382,25 @@ func TestStartupRefusals(t *testing.T) {
 	cmd.Env = append(cleanEnv(), "RELAYD_SCOPE=jail")
 	if out, err := cmd.CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "relayd ") {
 		t.Errorf("flag did not win over its twin: %v %s", err, out)
+	}
+}
+
+// TestProcs: relayd's Go runtime takes half the CPUs it may use, at least
+// one (cmd/relayd setProcs), and GOMAXPROCS in its environment wins; the
+// listening line says which.
+func TestProcs(t *testing.T) {
+	if os.Getenv("GOMAXPROCS") != "" {
+		t.Skip("GOMAXPROCS is set for the tests, and relayd under test inherits it")
+	}
+	want := max(1, runtime.GOMAXPROCS(0)/2)
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{{nil, strconv.Itoa(want)}, {[]string{"GOMAXPROCS=3"}, "3"}} {
+		d := startRelayd(t, opts{env: tc.env})
+		line := grepLines(d.logs.String(), `"message":"listening"`)
+		if len(line) != 1 || field(line[0], "procs") != tc.want {
+			t.Fatalf("with %v: listening line %q; want procs %s", tc.env, line, tc.want)
+		}
 	}
 }
