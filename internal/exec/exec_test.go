@@ -1238,3 +1238,41 @@ func TestEmptyWithTheExit(t *testing.T) {
 		t.Fatalf("%d of %d subjects that left nothing were not known empty when their status came", late, n)
 	}
 }
+
+// TestShimPoolNoChurn: executions that come and go at a steady
+// concurrency are served by the same shims, round after round. The pool
+// once started spare shims each time its last idle one was taken, and
+// retired them as they came back: every burst cost shim starts (a Go
+// process's start each), all along.
+func TestShimPoolNoChurn(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pool := NewShims(ctx, testReaper, "", time.Second, 5*time.Second)
+	defer pool.Close()
+	pool.Warm()
+	const concurrency = 5
+	round := func() {
+		var held []*shim
+		for range concurrency {
+			sh, err := pool.get()
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, sh)
+		}
+		time.Sleep(50 * time.Millisecond) // the refill, if any, lands
+		for _, sh := range held {
+			pool.put(sh)
+		}
+	}
+	for range 3 {
+		round() // the pool grows to the concurrency
+	}
+	before := pool.spawned.Load()
+	for range 5 {
+		round()
+	}
+	if n := pool.spawned.Load() - before; n > 0 {
+		t.Fatalf("%d shims started in 5 rounds of %d executions at once; want none", n, concurrency)
+	}
+}

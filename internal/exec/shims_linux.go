@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -30,12 +31,18 @@ type Shims struct {
 	closed   bool
 	want     int       // idle shims to keep: raised by demand, up to maxIdleShims
 	demand   time.Time // when an execute last found no idle shim
+	peak     int       // the most shims busy at once since the last trim
+
+	spawned atomic.Int64 // shims started, for tests
 }
 
 // The pool's bounds: at least minIdleShims are kept ready once the pool
 // is warmed, and demand (executions that found no idle shim) raises what
-// it keeps up to maxIdleShims; a shim freed beyond that exits, and the
-// pool halves what it keeps after shimTrimAfter without demand.
+// it keeps (want) up to maxIdleShims. It keeps minIdleShims more than
+// that, the spares its refill starts when the last idle one is taken, so
+// that a steady concurrency neither starts nor retires shims; a shim freed
+// beyond that exits. After shimTrimAfter without demand, the pool keeps
+// what was busy at once in that time.
 const (
 	minIdleShims = 2
 	maxIdleShims = 64
@@ -148,9 +155,9 @@ func (p *Shims) refill() {
 
 // get takes an idle shim, or starts one when there is none. Shims come
 // back to the pool when their subtree is empty, so at rest the pool holds
-// as many as executions ran at once (up to maxIdleShims), and an execute
-// starts no shim; one is started in the background only when the last
-// idle one is taken.
+// as many as executions ran at once (up to maxIdleShims) and the spares,
+// and an execute starts no shim; spares are started in the background
+// only when the last idle one is taken.
 func (p *Shims) get() (*shim, error) {
 	p.mu.Lock()
 	for len(p.idle) > 0 {
@@ -158,6 +165,7 @@ func (p *Shims) get() (*shim, error) {
 		p.idle = p.idle[:len(p.idle)-1]
 		if sh.alive() {
 			low := len(p.idle)+p.starting == 0 // the busy ones come back
+			p.peak = max(p.peak, len(p.all)-len(p.idle))
 			p.mu.Unlock()
 			if low {
 				p.refill()
@@ -178,7 +186,7 @@ func (p *Shims) get() (*shim, error) {
 // put takes back a shim whose subtree is empty.
 func (p *Shims) put(sh *shim) {
 	p.mu.Lock()
-	if p.closed || len(p.idle) >= max(p.want, minIdleShims) || !sh.alive() {
+	if p.closed || len(p.idle) >= p.keep() || !sh.alive() {
 		p.mu.Unlock()
 		sh.retire()
 		return
@@ -187,8 +195,12 @@ func (p *Shims) put(sh *shim) {
 	p.mu.Unlock()
 }
 
+// keep is how many idle shims the pool holds at most: want, and the spares.
+func (p *Shims) keep() int { return max(p.want, minIdleShims) + minIdleShims }
+
 // shimTrimAfter: when no execute has found the pool empty for this long,
-// the pool keeps half as many idle shims (at least minIdleShims).
+// the pool keeps what was busy at once in that time (at least
+// minIdleShims).
 const shimTrimAfter = time.Minute
 
 // trim retires idle shims the pool no longer needs, every shimTrimAfter.
@@ -204,12 +216,13 @@ func (p *Shims) trim(ctx context.Context) {
 		p.mu.Lock()
 		var extra []*shim
 		if time.Since(p.demand) >= shimTrimAfter {
-			p.want = max(minIdleShims, p.want/2)
-			for len(p.idle) > p.want {
+			p.want = max(minIdleShims, min(p.want, p.peak))
+			for len(p.idle) > p.keep() {
 				extra = append(extra, p.idle[0])
 				p.idle = p.idle[1:]
 			}
 		}
+		p.peak = len(p.all) - len(p.idle)
 		p.mu.Unlock()
 		for _, sh := range extra {
 			sh.retire()
@@ -219,6 +232,7 @@ func (p *Shims) trim(ctx context.Context) {
 
 // spawn starts one shim and waits for its hello.
 func (p *Shims) spawn() (*shim, error) {
+	p.spawned.Add(1)
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("exec: shim socket: %w", err)
