@@ -91,7 +91,7 @@ type shimReply struct {
 	// Members is the subtree (pid, start time) of a members request;
 	// Empty is the kernel's word that nothing is left (wait: no child).
 	Members [][2]uint64
-	Empty   bool       
+	Empty   bool
 }
 
 type shimExit struct {
