@@ -89,6 +89,6 @@ func (s *pgScope) Close() {
 		s.run.close()
 	}
 	if st := s.m.state; st != nil {
-		st.remove(s)
+		st.forget(s)
 	}
 }

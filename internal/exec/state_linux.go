@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -39,9 +40,13 @@ import (
 //	DIR/.relayd-PID-START.json.tmp  the next record, renamed over it when complete
 //
 // A scope enters the record at the first recording interval it lives
-// through (a short execution never costs a write), and leaves the record
-// at once when it is settled, closed, or left alone (rule 6.1: the
-// survivors of an exited subject are no successor's to settle). Its record
+// through (a short execution never costs a write). It leaves the record at
+// once when it is left alone (rule 6.1: the survivors of an exited subject
+// are no successor's to settle), and at the next interval when it is
+// closed: then nothing of it runs (or what runs is its retiring shim's to
+// settle), and a successor takes a recorded pid only with its recorded
+// start time, so the record names nothing it would signal. An execution's
+// end then waits for no write. Its record
 // names the subject by pid and start time, both from its shim, which read
 // them before the subject could have been reaped: a pid reused since never
 // matches. When no scope is recorded the file is removed.
@@ -51,11 +56,18 @@ type State struct {
 	boot  string // /proc/sys/kernel/random/boot_id: start times count from this boot
 	pidNS string // /proc/self/ns/pid: pids mean something in this namespace only
 
+	// mu guards what follows; it is never held across a write, so that
+	// an execution that starts or ends never waits for another's I/O.
 	mu       sync.Mutex
 	running  map[*pgScope][][2]uint64 // the scopes to record, and their members as their shim last listed them
 	last     []byte                   // the record as last written; nil when there is no file
-	recorded map[*pgScope]bool        // the scopes in it
+	recorded map[*pgScope]bool        // the scopes the file may hold: in it, or in the write under way
 	failing  bool                     // the last write failed; OnError has been told
+	asked    uint64                   // saves begun
+	written  uint64                   // the latest save a finished write covered
+	wmu      sync.Mutex               // one write at a time
+	writes   atomic.Int64             // records written or removed, for tests
+	writing  func()                   // a test's seam: called before each write
 	// OnError is told when a write fails, once per run of failures.
 	OnError func(error)
 }
@@ -191,7 +203,7 @@ func (m *ProcessGroups) Record(ctx context.Context, st *State, every time.Durati
 			if n%refreshEvery == 0 {
 				st.refresh()
 			}
-			st.save(nil)
+			st.save()
 		}
 	}()
 }
@@ -238,38 +250,68 @@ func (st *State) refresh() {
 	}
 }
 
-// remove takes a scope out of the running ones, and rewrites the record at
-// once if it holds it.
+// remove takes a scope out of the running ones and, if the record may hold
+// it, returns once a record without it is written (rule 6.1: the survivors
+// of a scope left alone are no successor's to settle).
 func (st *State) remove(s *pgScope) {
 	st.mu.Lock()
 	delete(st.running, s)
+	held := st.recorded[s]
 	st.mu.Unlock()
-	st.save(s)
+	if held {
+		st.save()
+	}
 }
 
-// save writes the record of the running scopes if it changed; with gone
-// set, only if gone is in the record (it has just left the running scopes).
-func (st *State) save(gone *pgScope) {
+// forget takes a closed scope out of the running ones; the next interval's
+// write drops it from the record.
+func (st *State) forget(s *pgScope) {
+	st.mu.Lock()
+	delete(st.running, s)
+	st.mu.Unlock()
+}
+
+// save writes the record of the running scopes if it changed, and returns
+// once a write that began after the call has finished. Saves that come
+// while a write is under way share the next one: scopes that end at once
+// cost a write or two, not one each.
+func (st *State) save() {
+	st.mu.Lock()
+	st.asked++
+	gen := st.asked
+	st.mu.Unlock()
+	st.wmu.Lock()
+	defer st.wmu.Unlock()
+	st.mu.Lock()
+	if st.written >= gen {
+		st.mu.Unlock()
+		return
+	}
+	upTo := st.asked
+	rec, scopes := st.snapshot()
+	last := st.last
+	for _, s := range scopes {
+		st.recorded[s] = true // before the write: a removal from now on waits for the next one
+	}
+	st.mu.Unlock()
+	var b []byte
+	var err error
+	if len(rec.Scopes) > 0 {
+		if b, err = json.Marshal(rec); err == nil {
+			b = append(b, '\n')
+		}
+	}
+	if err == nil && !bytes.Equal(b, last) {
+		if st.writing != nil {
+			st.writing()
+		}
+		err = st.write(b)
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if gone != nil && !st.recorded[gone] {
-		return
-	}
-	rec, scopes := st.snapshot()
-	var b []byte
-	if len(rec.Scopes) > 0 {
-		var err error
-		if b, err = json.Marshal(rec); err != nil {
-			st.fail(err)
-			return
-		}
-		b = append(b, '\n')
-	}
-	if bytes.Equal(b, st.last) {
-		return
-	}
-	if err := st.write(b); err != nil {
-		st.fail(err)
+	st.written = upTo
+	if err != nil {
+		st.fail(err) // the file keeps what it had: recorded stays wide, last stays, the next tick tries again
 		return
 	}
 	st.failing = false
@@ -328,6 +370,7 @@ func cmpU(a, b uint64) int {
 // write replaces the record with b (removes it when b is nil): a temporary
 // file renamed over it, so that a reader sees the old record or the new.
 func (st *State) write(b []byte) error {
+	st.writes.Add(1)
 	path := st.Path()
 	if b == nil {
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
