@@ -6,7 +6,8 @@
 //     whose wait is the evidence. The package holds both sides: the shim
 //     process (shim_linux.go), relayd's pool of idle shims and its bounded
 //     requests (shims_linux.go), the frames between them
-//     (shimwire_linux.go), and Start, which makes the output pipes and
+//     (shimwire_linux.go) and their binary bodies (wirecodec_linux.go),
+//     and Start, which makes the output pipes and
 //     hands the shim the start request (spawn_linux.go). drain_linux.go
 //     drains a subject's output without ever waiting for EOF to report its
 //     exit.
