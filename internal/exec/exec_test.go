@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -1276,3 +1277,36 @@ func TestShimPoolNoChurn(t *testing.T) {
 		t.Fatalf("%d shims started in 5 rounds of %d executions at once; want none", n, concurrency)
 	}
 }
+
+// TestDrainReadsInBulk: a writer that fills the pipe is read in buffers of
+// bulkBuf, not drainBuf: 32 MiB took 512 reads or more, each a system call
+// and a trip through the poller, which held carrier mode's stdout
+// throughput well below what its SHA-256 allows.
+func TestDrainReadsInBulk(t *testing.T) {
+	r, w, err := pipe(stdoutPipeBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got atomic.Int64
+	d := newDrain(r, writerFunc(func(p []byte) (int, error) { got.Add(int64(len(p))); return len(p), nil }), nil)
+	const total = 32 << 20
+	chunk := make([]byte, 1<<20)
+	for i := 0; i < total/len(chunk); i++ {
+		if _, err := w.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Close()
+	waitClosed(t, d.eof, "the drain's EOF")
+	if got.Load() != total {
+		t.Fatalf("drained %d bytes; want %d", got.Load(), total)
+	}
+	// 64 KiB reads take 512; reads of 256 KiB, 128: allow half as many again.
+	if max := total / (256 << 10) * 3 / 2; d.reads > max {
+		t.Fatalf("%d reads for %d MiB written as fast as the pipe takes it; want at most %d", d.reads, total>>20, max)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
