@@ -15,8 +15,75 @@ func (b *bench) compare() {
 	sec := b.report.section("compare", "Before and after: this relayd against --before "+relaydVersion(before)+", in turns")
 	sec.note("after: %s (%s); before: %s (%s)", b.cfg.relayd, relaydVersion(b.cfg.relayd), before, relaydVersion(before))
 	b.compareRoundTrip(sec, before)
+	b.compareThroughput(sec, before)
 	b.compareSettle(sec, before)
 	b.compareOutput(sec, before)
+}
+
+// compareThroughput: 32 sessions executing /bin/true at once, per
+// mechanism, the two relayds taking turns in chunks; the figure is
+// executes per second, counted per window. Ratios above 1x are faster.
+func (b *bench) compareThroughput(sec *section, before string) {
+	const n = 32
+	chunk, chunks, win := b.pickDur(time.Second, 500*time.Millisecond), b.pick(6, 2), 250*time.Millisecond
+	var stops []func()
+	defer func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}()
+	for _, mech := range []string{"process-group", "cgroup"} {
+		name := fmt.Sprintf("relayd %s x%d", mech, n)
+		old := b.sessionsOf(before, mech, n, &stops)
+		old.name = "before: " + name
+		now := b.sessionsOf(b.cfg.relayd, mech, n, &stops)
+		now.name = name
+		logf("compare: %s, %d chunks of %s each", name, chunks, chunk)
+		for _, s := range []*loadSeries{old, now} {
+			s.run(n, chunk, win) // warm-up: a shim pool grows to the sessions
+			s.rates, s.total, s.spent = nil, 0, 0
+		}
+		for c := 0; c < chunks; c++ {
+			order := []*loadSeries{old, now}
+			if c%2 == 1 {
+				order = []*loadSeries{now, old}
+			}
+			for _, s := range order {
+				s.run(n, chunk, win)
+			}
+		}
+		fb := sec.add(old.figure())
+		sec.add(now.figure()).against(fb)
+	}
+}
+
+// sessionsOf is a load series of n sessions (one connection each) of a
+// relayd of bin with the mechanism mech.
+func (b *bench) sessionsOf(bin, mech string, n int, stops *[]func()) *loadSeries {
+	s := &loadSeries{}
+	if mech == "cgroup" && b.cgSkip != "" {
+		s.skip = b.cgSkip
+		return s
+	}
+	d, err := startRelayd(bin, startOpts{scope: mech})
+	if err != nil {
+		s.skip = err.Error()
+		return s
+	}
+	*stops = append(*stops, func() { b.stopDaemon(d, "compare, throughput, "+mech) })
+	conns := make([]*benchClient, n)
+	for i := range conns {
+		if conns[i], err = d.connect(); err != nil {
+			s.skip = err.Error()
+			return s
+		}
+		*stops = append(*stops, conns[i].close)
+	}
+	s.op = func(w int) error {
+		_, err := conns[w].execute(trueReq)
+		return err
+	}
+	return s
 }
 
 // compareRoundTrip: execute /bin/true over one connection, per mechanism.
