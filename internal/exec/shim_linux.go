@@ -509,6 +509,9 @@ func (p *shimProc) look() ([]Member, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.sweepLocked()
+	if noChild() {
+		return nil, nil // the kernel's word, and no walk of the shim's threads to get it
+	}
 	members, err := p.subtree()
 	if err != nil || len(members) > 0 {
 		return members, err
