@@ -363,10 +363,7 @@ func (sh *shim) read() {
 			if x.Empty {
 				// Known empty before the status is out: the look after
 				// the exit asks the shim nothing.
-				sh.cur = nil
-				if run != nil {
-					run.empty = true
-				}
+				sh.freedLocked()
 			}
 			if run != nil && !run.ended {
 				run.ended = true
@@ -388,16 +385,21 @@ func (sh *shim) read() {
 // pool.
 func (sh *shim) freed() {
 	sh.mu.Lock()
-	run := sh.cur
-	sh.cur = nil
-	if run != nil {
-		run.empty = true
-	}
+	sh.freedLocked()
 	retiring := sh.retiring
 	sh.mu.Unlock()
 	if !retiring {
 		sh.pool.put(sh)
 	}
+}
+
+// freedLocked records that the subtree is empty: the run the shim served
+// knows it, and the shim serves none.
+func (sh *shim) freedLocked() {
+	if sh.cur != nil {
+		sh.cur.empty = true
+	}
+	sh.cur = nil
 }
 
 // lost marks the shim gone: every call waiting for it fails, and the
