@@ -34,9 +34,9 @@ func (b *bench) compareThroughput(sec *section, before string) {
 	}()
 	for _, mech := range []string{"process-group", "cgroup"} {
 		name := fmt.Sprintf("relayd %s x%d", mech, n)
-		old := b.sessionsOf(before, mech, n, &stops)
+		old := b.sessionsOf(before, mech, n, "compare, throughput", &stops)
 		old.name = "before: " + name
-		now := b.sessionsOf(b.cfg.relayd, mech, n, &stops)
+		now := b.sessionsOf(b.cfg.relayd, mech, n, "compare, throughput", &stops)
 		now.name = name
 		logf("compare: %s, %d chunks of %s each", name, chunks, chunk)
 		for _, s := range []*loadSeries{old, now} {
@@ -58,21 +58,17 @@ func (b *bench) compareThroughput(sec *section, before string) {
 }
 
 // sessionsOf is a load series of n sessions (one connection each) of a
-// relayd of bin with the mechanism mech.
-func (b *bench) sessionsOf(bin, mech string, n int, stops *[]func()) *loadSeries {
+// relayd of bin with the mechanism mech; what names it when it stops.
+func (b *bench) sessionsOf(bin, mech string, n int, what string, stops *[]func()) *loadSeries {
 	s := &loadSeries{}
-	if mech == "cgroup" && b.cgSkip != "" {
-		s.skip = b.cgSkip
+	d, why := b.relaydFor(bin, mech, what, stops)
+	if why != "" {
+		s.skip = why
 		return s
 	}
-	d, err := startRelayd(bin, startOpts{scope: mech})
-	if err != nil {
-		s.skip = err.Error()
-		return s
-	}
-	*stops = append(*stops, func() { b.stopDaemon(d, "compare, throughput, "+mech) })
 	conns := make([]*benchClient, n)
 	for i := range conns {
+		var err error
 		if conns[i], err = d.connect(); err != nil {
 			s.skip = err.Error()
 			return s

@@ -131,16 +131,11 @@ func (b *bench) relaydSeries(mech string, block int, stops *[]func()) *series {
 // relaydSeriesOf is relaydSeries for the relayd binary bin.
 func (b *bench) relaydSeriesOf(bin, mech string, block int, stops *[]func()) *series {
 	s := &series{name: "relayd " + mech, block: block, warm: 20}
-	if mech == "cgroup" && b.cgSkip != "" {
-		s.skip = b.cgSkip
+	d, why := b.relaydFor(bin, mech, "round trip", stops)
+	if why != "" {
+		s.skip = why
 		return s
 	}
-	d, err := startRelayd(bin, startOpts{scope: mech})
-	if err != nil {
-		s.skip = err.Error()
-		return s
-	}
-	*stops = append(*stops, func() { b.stopDaemon(d, "round trip, "+mech) })
 	s.pid = d.pid
 	cl, err := d.connect()
 	if err != nil {
@@ -153,6 +148,20 @@ func (b *bench) relaydSeriesOf(bin, mech string, block int, stops *[]func()) *se
 		return err
 	}
 	return s
+}
+
+// relaydFor starts a relayd of bin with the mechanism mech, stopped by
+// stops (what names it then), or says why it cannot.
+func (b *bench) relaydFor(bin, mech, what string, stops *[]func()) (*daemon, string) {
+	if mech == "cgroup" && b.cgSkip != "" {
+		return nil, b.cgSkip
+	}
+	d, err := startRelayd(bin, startOpts{scope: mech})
+	if err != nil {
+		return nil, err.Error()
+	}
+	*stops = append(*stops, func() { b.stopDaemon(d, what+", "+mech) })
+	return d, ""
 }
 
 // stopDaemon stops relayd and notes it when it did not exit cleanly.

@@ -93,31 +93,11 @@ func (b *bench) throughput() {
 		}
 	}()
 	// One relayd per mechanism, with a connection per session.
-	sessions := func(mech string) (func(worker int) error, string) {
-		if mech == "cgroup" && b.cgSkip != "" {
-			return nil, b.cgSkip
-		}
-		d, err := startRelayd(b.cfg.relayd, startOpts{scope: mech})
-		if err != nil {
-			return nil, err.Error()
-		}
-		stops = append(stops, func() { b.stopDaemon(d, "throughput, "+mech) })
-		var conns []*benchClient
-		for i := 0; i < levels[len(levels)-1]; i++ {
-			cl, err := d.connect()
-			if err != nil {
-				return nil, err.Error()
-			}
-			stops = append(stops, cl.close)
-			conns = append(conns, cl)
-		}
-		return func(w int) error {
-			_, err := conns[w].execute(trueReq)
-			return err
-		}, ""
-	}
-	pgOp, pgSkip := sessions("process-group")
-	cgOp, cgSkip := sessions("cgroup")
+	top := levels[len(levels)-1]
+	pgSessions := b.sessionsOf(b.cfg.relayd, "process-group", top, "throughput", &stops)
+	cgSessions := b.sessionsOf(b.cfg.relayd, "cgroup", top, "throughput", &stops)
+	pgOp, pgSkip := pgSessions.op, pgSessions.skip
+	cgOp, cgSkip := cgSessions.op, cgSessions.skip
 	var cgSpawn func(int) error
 	bareCgSkip := b.cgSkip
 	if bareCgSkip == "" {
