@@ -162,8 +162,9 @@ type call struct {
 	output  func(Output)
 	started func(string)
 	content func(line []byte) (more bool) // a get's chunk (files.go); false: the last, decoded as the reply
-	// delivered: a reply was put on reply (read by another reader), even
-	// if taken since; a put's watcher stops reading then (files.go).
+	// delivered: the reply has come, put on reply by another reader (even
+	// if taken since) or decoded by the call's own; a put's watcher stops
+	// reading, or never starts, then (files.go).
 	delivered atomic.Bool
 	// Set by the call's own reader, which decodes its reply in place
 	// (before giving up the turn, while the line is still valid).
@@ -376,6 +377,7 @@ func (c *Conn) dispatch(kind string, id []byte, line []byte, self *call) {
 	case kind == kindContent && cl != nil && cl.content != nil && cl.content(line):
 	case cl != nil && cl == self:
 		self.result, self.decoded = self.take(reply{kind, line}), true
+		self.delivered.Store(true) // before the turn is given back
 	case cl != nil:
 		deliver(cl, kind, line)
 	default:

@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/relayd/relayd/client"
 )
@@ -49,5 +51,40 @@ func TestFilesChecksumMismatch(t *testing.T) {
 	}
 	if _, err := c.PutFile(context.Background(), "x", strings.NewReader("hello"), client.PutOptions{ChunkBytes: 2}); !errors.Is(err, client.ErrBadReply) {
 		t.Fatalf("PutFile with a wrong stored sha256: %v; want ErrBadReply", err)
+	}
+}
+
+// A put whose reply its own wait reads (the watcher not yet running) ends:
+// the watcher, starting late, must not take the turn and read a connection
+// on which nothing more will come. Each put of one chunk is answered at
+// once, so the late start happens now and then; 2,000 puts find it.
+func TestPutReplyBeforeWatcher(t *testing.T) {
+	addr := fakeRelayd(t, func(c net.Conn, r *bufio.Reader) {
+		for id := 2; ; id++ {
+			if _, err := r.ReadBytes('\n'); err != nil {
+				return
+			}
+			fmt.Fprintf(c, `{"kind":"stored","id":%d,"path":"/x","bytes":1,"sha256":"2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"}`+"\n", id)
+		}
+	})
+	c, err := client.Dial(context.Background(), addr, "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := 0; i < 2000; i++ {
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.PutFile(context.Background(), "x", strings.NewReader("x"), client.PutOptions{})
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("put %d: %v", i, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("put %d: no return 5 s after relayd's reply", i)
+		}
 	}
 }
