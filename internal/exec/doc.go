@@ -4,7 +4,8 @@
 //   - Starting a subject through a shim of its own: relayd's binary
 //     re-executed as a child subreaper, whose subtree is the scope and
 //     whose wait is the evidence. The package holds both sides: the shim
-//     process (shim_linux.go), relayd's pool of idle shims and its bounded
+//     process (shim_linux.go; its wait in Go's poller and its raw system
+//     calls, shimraw_linux.go), relayd's pool of idle shims and its bounded
 //     requests (shims_linux.go), the frames between them
 //     (shimwire_linux.go) and their binary bodies (wirecodec_linux.go),
 //     and Start, which makes the output pipes and

@@ -27,5 +27,9 @@ func faultNoClone3() bool { return false }
 // shim's start.
 func faultShimStartDelay() time.Duration { return 0 }
 
+// faultShimHop is a test seam: the relayd_faults build can move a shim's
+// loop to another thread before each start.
+func faultShimHop() {}
+
 // faultEnv is what of relayd's environment a shim gets: nothing.
 func faultEnv() []string { return []string{} }

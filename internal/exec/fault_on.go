@@ -5,6 +5,7 @@ package exec
 import (
 	"errors"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 )
@@ -55,6 +56,23 @@ func faultNoClone3() bool { return os.Getenv("RELAYD_FAULT_NO_CLONE3") != "" }
 func faultShimStartDelay() time.Duration {
 	d, _ := time.ParseDuration(os.Getenv("RELAYD_FAULT_SHIM_START_DELAY"))
 	return d
+}
+
+// faultShimHop moves the shim's loop to another thread before each start
+// when RELAYD_FAULT_SHIM_HOP is set: a goroutine takes the thread it ran
+// on, locks it, and never gives it back (a thread each time). A loop
+// locked to its thread stays where it is.
+func faultShimHop() {
+	if os.Getenv("RELAYD_FAULT_SHIM_HOP") == "" {
+		return
+	}
+	taken := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		close(taken)
+		select {}
+	}()
+	<-taken
 }
 
 // faultEnv is what of relayd's environment a shim gets: the fault switches.

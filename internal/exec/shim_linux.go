@@ -54,14 +54,6 @@ const shimSockFD = 3
 
 func isShim() bool { return len(os.Args) > 0 && os.Args[0] == ShimArg0 }
 
-func init() {
-	if isShim() {
-		// main runs on the main thread, which forks every subject: the
-		// thread whose children clone(CLONE_PARENT) makes become.
-		runtime.LockOSThread()
-	}
-}
-
 // ShimMain runs the shim, and exits, when this process was started as one;
 // otherwise it returns at once. relayd's main calls it before anything
 // else. catchRest, when set, catches the signals Go's runtime cannot
@@ -77,6 +69,7 @@ func ShimMain(catchRest func()) {
 type shimProc struct {
 	self int
 	sock int // the socket to relayd, blocking: the shim's own loop polls it
+	poll *shimPoll
 	wmu  sync.Mutex
 	// subjectFD is a pidfd of the running subject, polled beside the
 	// socket so that its end is collected without waking another
@@ -118,6 +111,9 @@ func shimSignals() []os.Signal {
 }
 
 func runShim(catchRest func()) int {
+	// One goroutine does the shim's work; one P keeps its runtime to a few
+	// threads.
+	runtime.GOMAXPROCS(1)
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return 3 // relayd sees no hello and does not use this shim
@@ -135,14 +131,25 @@ func runShim(catchRest func()) int {
 	if err := unix.SetNonblock(p.sock, false); err != nil {
 		return 3
 	}
+	w, err := newShimPoll(p.sock)
+	if err != nil {
+		return 3
+	}
+	p.poll = w
 	// No SIGCHLD channel and no other goroutine: the subject's end comes
 	// through its pidfd, in the loop below, and a look reaps first; the
 	// loop's tick only collects the later ends of survivors, so that the
 	// shim goes back to the pool.
 	p.send(frHello, &shimHello{p.self})
 	r := &rawFrameReader{fd: p.sock, oob: make([]byte, unix.CmsgSpace(maxShimFDs*4))}
-	// The loop is the main thread's, in blocking system calls (poll, read):
-	// a request or the subject's end is served without a scheduler hop.
+	// The loop waits parked in Go's poller (shimPoll), so that the thread
+	// that takes the event runs the loop, and between waits it makes its
+	// system calls raw (shimraw_linux.go). It is not locked to a thread:
+	// the subjects are the process's children whichever thread forks them
+	// (wait4 and the walks cover every thread's), and a locked goroutine's
+	// every wake-up is a hand-off from the poller's thread to its own. Only
+	// capabilities are a thread's: start locks the loop to the thread that
+	// drops them.
 	for {
 		ready, err := p.wait()
 		if err != nil {
@@ -169,6 +176,7 @@ func runShim(catchRest func()) int {
 			if d := faultShimStartDelay(); d > 0 {
 				time.Sleep(d) // a starved shim, as on a machine starting thousands of processes
 			}
+			faultShimHop()
 			p.start(body, fds)
 		case frMembers:
 			closeFDs(fds)
@@ -209,36 +217,12 @@ const (
 // the shim, its tick passed.
 func (p *shimProc) wait() (int, error) {
 	p.mu.Lock()
-	subject := p.subjectFD
-	timeout := -1
+	var tick time.Duration
 	if p.busy {
-		timeout = int(p.tick / time.Millisecond)
+		tick = p.tick
 	}
 	p.mu.Unlock()
-	fds := []unix.PollFd{{Fd: int32(p.sock), Events: unix.POLLIN}}
-	if subject >= 0 {
-		fds = append(fds, unix.PollFd{Fd: int32(subject), Events: unix.POLLIN})
-	}
-	for {
-		n, err := unix.Poll(fds, timeout)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return 0, err
-		}
-		if n == 0 {
-			return waitTick, nil
-		}
-		ready := 0
-		if fds[0].Revents != 0 {
-			ready |= waitSocket
-		}
-		if len(fds) > 1 && fds[1].Revents != 0 {
-			ready |= waitSubject
-		}
-		return ready, nil
-	}
+	return p.poll.wait(tick)
 }
 
 // rawFrameReader reads frames from a blocking socket, taking the
@@ -250,7 +234,7 @@ type rawFrameReader struct {
 
 func (r *rawFrameReader) read() (kind byte, body []byte, fds []int, err error) {
 	var hdr [5]byte
-	n, oobn, _, _, err := unix.Recvmsg(r.fd, hdr[:], r.oob, unix.MSG_CMSG_CLOEXEC)
+	n, oobn, err := rawRecvmsg(r.fd, hdr[:], r.oob, unix.MSG_CMSG_CLOEXEC)
 	if err != nil {
 		return 0, nil, nil, err
 	}
@@ -287,7 +271,7 @@ func (r *rawFrameReader) read() (kind byte, body []byte, fds []int, err error) {
 
 func readFull(fd int, b []byte) error {
 	for len(b) > 0 {
-		n, err := unix.Read(fd, b)
+		n, err := rawRead(fd, b)
 		if err == unix.EINTR {
 			continue
 		}
@@ -304,7 +288,7 @@ func readFull(fd int, b []byte) error {
 
 func writeFull(fd int, b []byte) error {
 	for len(b) > 0 {
-		n, err := unix.Write(fd, b)
+		n, err := rawWrite(fd, b)
 		if err == unix.EINTR {
 			continue
 		}
@@ -348,7 +332,7 @@ func (p *shimProc) sweepLocked() (reaped bool) {
 	}()
 	for {
 		var ws unix.WaitStatus
-		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG|unix.WALL, nil)
+		pid, err := rawWait4(-1, &ws, unix.WNOHANG|unix.WALL)
 		if err == unix.EINTR {
 			continue
 		}
@@ -373,7 +357,7 @@ func (p *shimProc) sweepLocked() (reaped bool) {
 		if p.busy && pid == p.subject {
 			p.subject = 0
 			if p.subjectFD >= 0 {
-				unix.Close(p.subjectFD)
+				rawClose(p.subjectFD)
 				p.subjectFD = -1
 			}
 			exit = &shimExit{PID: pid, Exited: ws.Exited(), Code: ws.ExitStatus(), Signal: int(ws.Signal())}
@@ -398,6 +382,10 @@ func (p *shimProc) start(body []byte, fds []int) {
 		return
 	}
 	if len(req.DropCaps) > 0 && !p.dropped {
+		// This thread forks every subject from now on: capabilities are
+		// per thread, and the child takes the forking thread's. The lock
+		// is never undone.
+		runtime.LockOSThread()
 		if err := dropCapabilities(req.DropCaps); err != nil {
 			p.reply(shimReply{Seq: req.Seq, Err: "cannot drop capabilities: " + err.Error(), Errno: errnoOf(err), Stage: "scope"})
 			return
@@ -460,7 +448,12 @@ func (p *shimProc) start(body []byte, fds []int) {
 		e.start = 0
 	}
 	if pidfd >= 0 {
-		p.subjectFD = pidfd
+		if perr := p.poll.add(pidfd); perr != nil {
+			// Unwatched, its end would come only with the tick.
+			rawClose(pidfd)
+		} else {
+			p.subjectFD = pidfd
+		}
 	}
 	p.busy, p.subject, p.left = true, pid, false
 	p.grace, p.timeout = time.Duration(req.Grace), time.Duration(req.Timeout)
@@ -527,7 +520,7 @@ func (p *shimProc) look() ([]Member, error) {
 func noChild() bool {
 	var info unix.Siginfo
 	for {
-		err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT|unix.WALL, nil)
+		err := rawWaitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT|unix.WALL)
 		if err == unix.EINTR {
 			continue
 		}
