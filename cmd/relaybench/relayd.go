@@ -107,6 +107,40 @@ func cpuTime(pid int) (time.Duration, error) {
 	return s.CPU, err
 }
 
+// childCPU is the CPU time of each live child of pid (its own, not its
+// children's), by pid: relayd's shims.
+func childCPU(pid int) (map[int]testharness.Stat, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]testharness.Stat{}
+	for _, e := range ents {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, err := testharness.ReadStat(child); err == nil && st.PPID == pid && !st.Dead() {
+			out[child] = st
+		}
+	}
+	return out, nil
+}
+
+// childCPUSince is what the children in now spent since then: all of it
+// for one started since. A child that ended between the two is missing.
+func childCPUSince(then, now map[int]testharness.Stat) time.Duration {
+	var d time.Duration
+	for pid, st := range now {
+		if was, ok := then[pid]; ok && was.Start == st.Start {
+			d += st.CPU - was.CPU
+		} else {
+			d += st.CPU
+		}
+	}
+	return d
+}
+
 func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
