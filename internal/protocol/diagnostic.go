@@ -43,31 +43,27 @@ func countedDiagnostic(category string, b []byte) Diagnostic {
 // counts, and the zero Diagnostic marshals as {"category":"none"}, so that a
 // reply can never carry a category the protocol does not know as "".
 func (d Diagnostic) MarshalJSON() ([]byte, error) {
+	return d.appendJSON(make([]byte, 0, 96)), nil
+}
+
+// appendJSON appends what MarshalJSON returns.
+func (d Diagnostic) appendJSON(b []byte) []byte {
 	if d.Category == "" || d.Category == DiagNone || !d.Counted {
 		category := d.Category
 		if category == "" {
 			category = DiagNone
 		}
-		c, err := json.Marshal(category)
-		if err != nil {
-			return nil, err
-		}
-		return append(append([]byte(`{"category":`), c...), '}'), nil
+		b = append(b, `{"category":`...)
+		b = appendString(b, category)
+		return append(b, '}')
 	}
-	c, err := json.Marshal(d.Category)
-	if err != nil {
-		return nil, err
-	}
-	h, err := json.Marshal(d.SHA256)
-	if err != nil {
-		return nil, err
-	}
-	b := append([]byte(`{"category":`), c...)
+	b = append(b, `{"category":`...)
+	b = appendString(b, d.Category)
 	b = append(b, `,"bytes":`...)
 	b = strconv.AppendInt(b, d.Bytes, 10)
 	b = append(b, `,"sha256":`...)
-	b = append(b, h...)
-	return append(b, '}'), nil
+	b = appendString(b, d.SHA256)
+	return append(b, '}')
 }
 
 // UnmarshalJSON reads either form. "category" is required; "bytes" and

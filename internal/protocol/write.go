@@ -2,11 +2,11 @@ package protocol
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -23,8 +23,8 @@ import (
 // A failure to encode (nothing is written then) wraps ErrEncoding; any
 // other error is the writer's.
 func WriteLine(w io.Writer, v any) error {
-	if e, ok := v.(Executed); ok && len(e.Stdout) > streamAbove {
-		return writeExecuted(w, e)
+	if e, ok := v.(Executed); ok {
+		return writeExecuted(w, &e)
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -45,65 +45,52 @@ var (
 	pieceBytes  = 32 << 10
 )
 
-// The fields of Executed before and after stdout, in the same order and
-// with the same tags. TestWriteLineMatchesMarshal keeps them in step.
-type executedHead struct {
-	Token       string          `json:"token,omitempty"`
-	Kind        string          `json:"kind"`
-	ID          json.RawMessage `json:"id,omitempty"`
-	Termination string          `json:"termination"`
-	ExitCode    int             `json:"exitCode"`
-}
+// lineBufs keep the buffers executed replies are encoded in.
+var lineBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
-type executedTail struct {
-	Diagnostic       Diagnostic `json:"diagnostic"`
-	Execution        string     `json:"execution"`
-	Settlement       string     `json:"settlement"`
-	Survivors        []Survivor `json:"survivors"`
-	SurvivorsOmitted int        `json:"survivorsOmitted,omitempty"`
-	Scope            ScopeInfo  `json:"scope"`
-	Signal           string     `json:"signal,omitempty"`
-	StdoutTruncated  *bool      `json:"stdoutTruncated,omitempty"`
-	Stderr           *string    `json:"stderr,omitempty"`
-	StderrTruncated  *bool      `json:"stderrTruncated,omitempty"`
-	Detail           string     `json:"detail,omitempty"`
-	DurationMs       int64      `json:"durationMs"`
-	Ignored          []string   `json:"ignored,omitempty"`
-	Usage            *Usage     `json:"usage,omitempty"`
-	Cause            string     `json:"cause,omitempty"`
-	Limit            string     `json:"limit,omitempty"`
-	Limits           Limits     `json:"limits,omitempty"`
-}
+// maxPooledLine is the largest buffer lineBufs keeps.
+const maxPooledLine = 128 << 10
 
-func writeExecuted(w io.Writer, e Executed) error {
-	if e.Survivors == nil {
-		e.Survivors = []Survivor{}
-	}
-	head, err := json.Marshal(executedHead{e.Token, e.Kind, e.ID, e.Termination, e.ExitCode})
+// writeExecuted writes an executed reply (encode.go): whole, or, with a
+// long stdout, its head, its stdout escaped a piece at a time, and its
+// tail, through one buffered writer.
+func writeExecuted(w io.Writer, e *Executed) error {
+	bp := lineBufs.Get().(*[]byte)
+	defer lineBufs.Put(bp)
+	b, err := appendExecutedHead((*bp)[:0], e)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrEncoding, err)
 	}
-	tail, err := json.Marshal(executedTail{e.Diagnostic, e.Execution, e.Settlement, e.Survivors, e.SurvivorsOmitted, e.Scope,
-		e.Signal, e.StdoutTruncated, e.Stderr, e.StderrTruncated, e.Detail, e.DurationMs, e.Ignored,
-		e.Usage, e.Cause, e.Limit, e.Limits})
+	if len(e.Stdout) <= streamAbove {
+		b = append(b, `,"stdout":`...)
+		b = appendString(b, e.Stdout)
+		b = append(b, ',')
+		if b, err = appendExecutedTail(b, e); err != nil {
+			return fmt.Errorf("%w: %v", ErrEncoding, err)
+		}
+		b = append(b, '\n')
+		if cap(b) <= maxPooledLine {
+			*bp = b
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	tail, err := appendExecutedTail(nil, e)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrEncoding, err)
 	}
 	bw := bufio.NewWriterSize(w, 64<<10)
-	bw.Write(head[:len(head)-1])
+	bw.Write(b)
 	bw.WriteString(`,"stdout":"`)
-	var piece bytes.Buffer
-	enc := json.NewEncoder(&piece)
+	piece := make([]byte, 0, 6*pieceBytes+16)
 	for s := e.Stdout; len(s) > 0; {
 		n := runeCut(s, pieceBytes)
-		piece.Reset()
-		_ = enc.Encode(s[:n]) // a string always encodes
-		b := piece.Bytes()
-		bw.Write(b[1 : len(b)-2]) // less the quotes and Encode's newline
+		piece = appendStringBody(piece[:0], s[:n])
+		bw.Write(piece)
 		s = s[n:]
 	}
 	bw.WriteString(`",`)
-	bw.Write(tail[1:])
+	bw.Write(tail)
 	bw.WriteByte('\n')
 	return bw.Flush() // a failed write is kept and reported here
 }

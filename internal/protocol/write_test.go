@@ -6,7 +6,6 @@ import (
 	"errors"
 	"math/rand/v2"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -52,23 +51,88 @@ func TestWriteLineMatchesMarshal(t *testing.T) {
 	}
 }
 
-// The fields before and after stdout are Executed's, in order and with the
-// same tags: a field added to Executed and not to them fails here, also one
-// that is omitted when empty (which marshalling a zero Executed would not
-// show).
-func TestExecutedPartsCoverExecuted(t *testing.T) {
-	tags := func(v any) []string {
-		var out []string
-		rt := reflect.TypeOf(v)
-		for i := 0; i < rt.NumField(); i++ {
-			out = append(out, rt.Field(i).Name+" "+rt.Field(i).Tag.Get("json"))
+// The hand encoder (encode.go) writes json.Marshal's bytes with every
+// field of Executed set, each alone and all together: a field added to
+// Executed and not to the encoder fails here, also one that is omitted
+// when empty.
+func TestAppendExecutedIsMarshal(t *testing.T) {
+	yes, no, stderr := true, false, "e<r>r\n"
+	full := reflect.ValueOf(&Executed{}).Elem()
+	set := func(v reflect.Value, name string) {
+		switch name {
+		case "ID":
+			v.Set(reflect.ValueOf(json.RawMessage(`{"a": [1, "<b>"]}`)))
+		case "Diagnostic":
+			v.Set(reflect.ValueOf(countedDiagnostic(DiagOversize, []byte("x"))))
+		case "Survivors":
+			v.Set(reflect.ValueOf([]Survivor{{PID: 3, Argv: []string{"sleep", "<9>"}, Listens: []int{80}}}))
+		case "Scope":
+			v.Set(reflect.ValueOf(ScopeInfo{Mechanism: "cgroup"}))
+		case "StdoutTruncated":
+			v.Set(reflect.ValueOf(&yes))
+		case "StderrTruncated":
+			v.Set(reflect.ValueOf(&no))
+		case "Stderr":
+			v.Set(reflect.ValueOf(&stderr))
+		case "Ignored":
+			v.Set(reflect.ValueOf([]string{"timeoutMS", "\u2028"}))
+		case "Usage":
+			v.Set(reflect.ValueOf(&Usage{1, 2, 3, 4, 5, -6}))
+		case "Limits":
+			v.Set(reflect.ValueOf(Limits{"pids": 9, "cpuSeconds": 1}))
+		default:
+			switch v.Kind() {
+			case reflect.String:
+				v.SetString("v\u00e9\u2029<" + name)
+			case reflect.Int, reflect.Int64:
+				v.SetInt(-7)
+			default:
+				t.Fatalf("field %s (%s): give it a value here", name, v.Type())
+			}
 		}
-		return out
 	}
-	parts := append(append(tags(executedHead{}), "Stdout stdout"), tags(executedTail{})...)
-	if whole := tags(Executed{}); !slices.Equal(whole, parts) {
-		t.Fatalf("Executed has the fields\n%q\nhead, stdout and tail have\n%q", whole, parts)
+	check := func(what string, e Executed) {
+		t.Helper()
+		want, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got bytes.Buffer
+		if err := WriteLine(&got, e); err != nil {
+			t.Fatal(err)
+		}
+		if got.String() != string(want)+"\n" {
+			t.Fatalf("%s:\nWriteLine %s\nMarshal   %s", what, got.String(), want)
+		}
 	}
+	check("zero", Executed{})
+	rt := full.Type()
+	for i := 0; i < rt.NumField(); i++ {
+		one := reflect.ValueOf(&Executed{}).Elem()
+		set(one.Field(i), rt.Field(i).Name)
+		check(rt.Field(i).Name, one.Interface().(Executed))
+		set(full.Field(i), rt.Field(i).Name)
+	}
+	check("all", full.Interface().(Executed))
+}
+
+// appendString escapes as encoding/json does, for any bytes.
+func FuzzAppendString(f *testing.F) {
+	for _, s := range []string{"", "a", "\x00\n\"\\<>&\u2028\u2029\xff\x80é€𝄞\x7f\b\f\t\r", "\xe2\x80", "\xed\xa0\x80"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want, _ := json.Marshal(s)
+		if got := appendString(nil, s); string(got) != string(want) {
+			t.Fatalf("appendString(%q) = %s; json.Marshal %s", s, got, want)
+		}
+		id := json.RawMessage(s)
+		wantID, werr := json.Marshal(id)
+		gotID, gerr := appendRaw(nil, id)
+		if (werr == nil) != (gerr == nil) || (werr == nil && string(gotID) != string(wantID)) {
+			t.Fatalf("appendRaw(%q) = %s, %v; json.Marshal %s, %v", s, gotID, gerr, wantID, werr)
+		}
+	})
 }
 
 type failWriter struct{}
