@@ -1298,10 +1298,11 @@ func TestShimPoolNoChurn(t *testing.T) {
 // and a trip through the poller, which held carrier mode's stdout
 // throughput well below what its SHA-256 allows.
 func TestDrainReadsInBulk(t *testing.T) {
-	r, w, err := pipe(stdoutPipeBytes)
+	r, wfd, err := pipe(stdoutPipeBytes)
 	if err != nil {
 		t.Fatal(err)
 	}
+	w := os.NewFile(uintptr(wfd), "w")
 	var got atomic.Int64
 	d := newDrain(r, writerFunc(func(p []byte) (int, error) { got.Add(int64(len(p))); return len(p), nil }), nil)
 	const total = 32 << 20
@@ -1325,3 +1326,16 @@ func TestDrainReadsInBulk(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// A look reads one stat per process (a settlement of 1,000 members reads
+// thousands): parsing one allocates nothing.
+func TestParseStatAllocatesNothing(t *testing.T) {
+	line := []byte("4242 (my prog) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000000 200 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n")
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := parseStat(4242, line); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("parseStat allocates %v times a call; want 0", n)
+	}
+}

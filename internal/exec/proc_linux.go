@@ -81,10 +81,28 @@ func parseStat(pid int, b []byte) (procEntry, error) {
 	if i < 0 || i+2 >= len(b) {
 		return procEntry{}, fmt.Errorf("exec.parseStat %d: malformed", pid)
 	}
-	fields := bytes.Fields(b[i+2:])
-	// state(3) ppid(4) pgrp(5) session(6) ... starttime(22), counted from 1 over the whole line.
-	if len(fields) < 20 {
-		return procEntry{}, fmt.Errorf("exec.parseStat %d: %d fields", pid, len(fields))
+	// state(3) ppid(4) pgrp(5) session(6) ... starttime(22), counted from 1
+	// over the whole line: the first 20 fields after the name, split in
+	// place (a look reads one stat per process, so no allocation here).
+	var fields [20][]byte
+	n := 0
+	for rest := b[i+2:]; n < len(fields); n++ {
+		j := 0
+		for j < len(rest) && asciiSpace(rest[j]) {
+			j++
+		}
+		rest = rest[j:]
+		if len(rest) == 0 {
+			break
+		}
+		k := 0
+		for k < len(rest) && !asciiSpace(rest[k]) {
+			k++
+		}
+		fields[n], rest = rest[:k], rest[k:]
+	}
+	if n < len(fields) {
+		return procEntry{}, fmt.Errorf("exec.parseStat %d: %d fields", pid, n)
 	}
 	e := procEntry{pid: pid, state: fields[0][0]}
 	var err error
@@ -105,6 +123,8 @@ func parseStat(pid int, b []byte) (procEntry, error) {
 	}
 	return e, nil
 }
+
+func asciiSpace(c byte) bool { return c == ' ' || c == '\n' || c == '\t' }
 
 // canWalk reports whether the kernel lists children (/proc/PID/task/TID/children,
 // CONFIG_PROC_CHILDREN), which lets a look follow the process tree instead

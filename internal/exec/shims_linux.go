@@ -328,6 +328,9 @@ type shim struct {
 	dead     bool
 	retiring bool
 	helloed  bool // its hello came
+	// statBuf is bindLocked's and confirmExitLocked's read of a subject's
+	// /proc stat, under mu: one per shim, not one per execution.
+	statBuf [1024]byte
 	// limits is the key of the resource limits the shim holds as its own
 	// since it could not take them back; "" for none.
 	limits string
@@ -470,7 +473,7 @@ func (run *shimRun) bindLocked(pid int, start uint64) error {
 		run.pid, run.start, run.gone = pid, start, true
 		return nil
 	}
-	e, serr := readStat("/proc", pid, make([]byte, 1024))
+	e, serr := readStat("/proc", pid, run.sh.statBuf[:])
 	// A process being reaped reads parent 0: only a live one must be the
 	// shim's.
 	if serr == nil && ((start != 0 && e.start != start) || (e.ppid != run.sh.pid && !e.dead())) {
@@ -540,7 +543,7 @@ func (run *shimRun) confirmExitLocked(pid int) error {
 		unix.Close(run.pidfd)
 		run.pidfd = -1
 	case !run.gone:
-		if e, err := readStat("/proc", pid, make([]byte, 1024)); err == nil && e.start == run.start && !e.dead() {
+		if e, err := readStat("/proc", pid, run.sh.statBuf[:]); err == nil && e.start == run.start && !e.dead() {
 			return fmt.Errorf("%w: an exit of pid %d, which runs (/proc)", errShimFrame, pid)
 		}
 	}

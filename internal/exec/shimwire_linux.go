@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -126,9 +127,14 @@ var errShimFrame = errors.New("exec: malformed shim frame")
 // writeFrame writes one frame, with fds (relayd to shim only). The caller
 // serialises writes.
 func writeFrame(c *net.UnixConn, kind byte, v wireMsg, fds []int) error {
-	buf, err := encodeFrame(kind, v)
+	bp := frameBufs.Get().(*[]byte)
+	defer frameBufs.Put(bp)
+	buf, err := encodeFrameInto((*bp)[:0], kind, v)
 	if err != nil {
 		return err
+	}
+	if cap(buf) <= maxPooledFrame {
+		*bp = buf // grown for a large start (a long environment): kept
 	}
 	var oob []byte
 	if len(fds) > 0 {
@@ -147,9 +153,22 @@ func writeFrame(c *net.UnixConn, kind byte, v wireMsg, fds []int) error {
 	return err
 }
 
+// frameBufs keep the buffers frames are encoded in between writes: a
+// start's frame (its environment) grew a fresh 64-byte slice five or six
+// times on every execute.
+var frameBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+// maxPooledFrame is the largest buffer frameBufs keeps.
+const maxPooledFrame = 256 << 10
+
 // encodeFrame is one frame: header and body.
 func encodeFrame(kind byte, v wireMsg) ([]byte, error) {
-	e := wireEnc{b: make([]byte, 5, 64)}
+	return encodeFrameInto(make([]byte, 0, 64), kind, v)
+}
+
+// encodeFrameInto is encodeFrame into buf's capacity.
+func encodeFrameInto(buf []byte, kind byte, v wireMsg) ([]byte, error) {
+	e := wireEnc{b: append(buf[:0], 0, 0, 0, 0, 0)}
 	v.put(&e)
 	if len(e.b)-4 > maxShimFrame {
 		return nil, fmt.Errorf("%w: length %d", errShimFrame, len(e.b)-4)
@@ -168,7 +187,8 @@ func newFrameReader(c *net.UnixConn) *frameReader {
 	return &frameReader{br: bufio.NewReaderSize(c, frameReaderBuf)}
 }
 
-// read returns the next frame's kind and body.
+// read returns the next frame's kind and body; the body is valid until
+// the next read.
 func (r *frameReader) read() (kind byte, body []byte, err error) {
 	var hdr [5]byte
 	if _, err := io.ReadFull(r.br, hdr[:]); err != nil {
@@ -182,9 +202,14 @@ func (r *frameReader) read() (kind byte, body []byte, err error) {
 	// from the length: a torn or forged length costs no more than the
 	// bytes behind it.
 	n := int(size - 1)
-	if n <= frameReaderBuf {
-		body = make([]byte, n)
-		_, err = io.ReadFull(r.br, body)
+	if n <= r.br.Size() {
+		// In the reader's buffer: valid until the next read, and every
+		// frame is decoded (its strings copied) before that.
+		if body, err = r.br.Peek(n); err == nil {
+			_, _ = r.br.Discard(n)
+		} else if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
 	} else if body, err = io.ReadAll(io.LimitReader(r.br, int64(n))); err == nil && len(body) < n {
 		err = io.ErrUnexpectedEOF
 	}
