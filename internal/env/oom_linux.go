@@ -3,13 +3,13 @@ package env
 import (
 	"bufio"
 	"bytes"
-	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // OOMKills is the count of OOM kills of relayd's own memory cgroup (a
@@ -23,18 +23,19 @@ func OOMKills() (n uint64, ok bool) {
 		return 0, false
 	}
 	// The file stays open (close-on-exec; no subject is given it): one
-	// pread per execution instead of an open, a read and a close.
+	// pread per execution instead of an open, a read and a close (the
+	// file is a few lines; os.File.ReadAt would read again to see EOF).
 	oomFile.mu.Lock()
 	defer oomFile.mu.Unlock()
-	if oomFile.f == nil {
-		f, err := os.Open(path)
+	if !oomFile.open {
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return 0, false // tried again next time: nothing failed is kept
 		}
-		oomFile.f = f
+		oomFile.fd, oomFile.open = fd, true
 	}
-	k, err := oomFile.f.ReadAt(oomFile.buf[:], 0)
-	if k == 0 || (err != nil && !errors.Is(err, io.EOF)) {
+	k, err := unix.Pread(oomFile.fd, oomFile.buf[:], 0)
+	if k <= 0 || err != nil {
 		return 0, false
 	}
 	return parseOOMKill(oomFile.buf[:k])
@@ -42,9 +43,10 @@ func OOMKills() (n uint64, ok bool) {
 
 // oomFile is OOMKills' counter file, held open, and its read buffer.
 var oomFile struct {
-	mu  sync.Mutex
-	f   *os.File
-	buf [4096]byte
+	mu   sync.Mutex
+	fd   int
+	open bool
+	buf  [4096]byte
 }
 
 // ReadOOMKill reads the "oom_kill N" line of a memory.oom_control or

@@ -58,7 +58,11 @@ type oomWatch struct {
 func (s *Server) watchOOM(scope exec.Scope) oomWatch {
 	w := oomWatch{starts: s.starts.Add(1), alone: s.alone()}
 	w.leaf, w.hasLeaf = exec.ScopeOOMKills(scope)
-	w.own, w.hasO = env.OOMKills()
+	if w.alone {
+		// relayd's own counter is evidence only for an execution that ran
+		// alone (oomRose): not read for one that starts beside others.
+		w.own, w.hasO = env.OOMKills()
+	}
 	return w
 }
 
