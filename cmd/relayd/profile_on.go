@@ -9,8 +9,10 @@ import (
 )
 
 // startProfile writes profiles until relayd exits, in a binary built with
-// -tags relayd_profile only: a CPU profile to $RELAYD_CPUPROFILE, and the
-// contention of mutexes and blocking (what serializes executions) to
+// -tags relayd_profile only: a CPU profile to $RELAYD_CPUPROFILE, every
+// allocation to $RELAYD_ALLOCPROFILE (go tool pprof -sample_index=
+// alloc_space; a same-load diff with -diff_base shows what a change
+// allocates), and the contention of mutexes and blocking (what serializes executions) to
 // $RELAYD_MUTEXPROFILE and $RELAYD_BLOCKPROFILE:
 //
 //	go build -tags relayd_profile -o /tmp/relayd-prof ./cmd/relayd
@@ -28,6 +30,15 @@ func startProfile() (stop func()) {
 				f.Close()
 			}
 		}
+	}
+	if path := os.Getenv("RELAYD_ALLOCPROFILE"); path != "" {
+		runtime.MemProfileRate = 1
+		stops = append(stops, func() {
+			if f, err := os.Create(path); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		})
 	}
 	for _, p := range []struct{ env, name string }{{"RELAYD_MUTEXPROFILE", "mutex"}, {"RELAYD_BLOCKPROFILE", "block"}} {
 		path := os.Getenv(p.env)

@@ -208,6 +208,9 @@ func TestStateWritesBlockNoStart(t *testing.T) {
 		<-gate
 	}
 	before := st.writes.Load()
+	st.mu.Lock()
+	asked0 := st.asked
+	st.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, s := range scopes {
 		wg.Add(1)
@@ -231,6 +234,21 @@ func TestStateWritesBlockNoStart(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		close(gate)
 		t.Fatal("a scope's start waited for a write of the record")
+	}
+	// Every removal has asked for its write before the held one ends (on a
+	// loaded machine a goroutine may not have run yet): they share the next.
+	for waited := time.Duration(0); ; waited += time.Millisecond {
+		st.mu.Lock()
+		asked := st.asked - asked0
+		st.mu.Unlock()
+		if asked >= n {
+			break
+		}
+		if waited > 10*time.Second {
+			close(gate)
+			t.Fatalf("%d of %d removals asked for a write in 10s", asked, n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 	close(gate)
 	wg.Wait()
