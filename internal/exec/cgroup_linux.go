@@ -312,6 +312,47 @@ type cgScope struct {
 	dir     string
 	run     *shimRun
 	removed atomic.Bool // the leaf was removed, which the kernel allows only when it is empty
+	// final is what the leaf's memory controller counted, read just
+	// before the leaf was removed (empty, so nothing more can count):
+	// the reply's usage and cause are made after the scope is closed.
+	final atomic.Pointer[leafCounters]
+}
+
+// leafCounters are a leaf's memory.events oom_kill and memory.peak.
+type leafCounters struct {
+	oomKills, peak      uint64
+	hasOOMKill, hasPeak bool
+}
+
+// counters reads the leaf's memory counters: its own until it is
+// removed, then those read just before.
+func (s *cgScope) counters() leafCounters {
+	if s.removed.Load() {
+		if f := s.final.Load(); f != nil {
+			return *f
+		}
+		return leafCounters{}
+	}
+	return readLeafCounters(s.dir)
+}
+
+// readLeafCounters reads oom_kill of dir's memory.events (which counts the
+// cgroups below it too) and its memory.peak.
+func readLeafCounters(dir string) leafCounters {
+	var c leafCounters
+	if b, err := os.ReadFile(filepath.Join(dir, "memory.events")); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, found := strings.CutPrefix(line, "oom_kill "); found {
+				n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+				c.oomKills, c.hasOOMKill = n, err == nil
+			}
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "memory.peak")); err == nil {
+		n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+		c.peak, c.hasPeak = n, err == nil
+	}
+	return c
 }
 
 func (s *cgScope) Mechanism() string { return Cgroup }
@@ -696,6 +737,12 @@ func (s *cgScope) remove() bool {
 	if s.removed.Load() {
 		return true
 	}
+	if s.c.controllers["memory"] {
+		// Read while the leaf is there; if it is empty (the removal below
+		// succeeds) nothing counts after this.
+		f := readLeafCounters(s.dir)
+		s.final.Store(&f)
+	}
 	if removeIfEmpty(s.dir) {
 		s.removed.Store(true)
 		return true
@@ -783,21 +830,26 @@ func SetCgroupLimits(scope Scope, memoryBytes, pids uint64) error {
 
 // ScopeOOMKills is the oom_kill count of scope's leaf (memory.events,
 // which counts the cgroups below it too); ok is false without a memory
-// controller on the leaf, or without a leaf.
+// controller on the leaf, or without a leaf. A removed leaf's is the
+// count read just before its removal.
 func ScopeOOMKills(scope Scope) (n uint64, ok bool) {
 	s, isCg := scope.(*cgScope)
 	if !isCg || !s.c.controllers["memory"] {
 		return 0, false
 	}
-	b, err := os.ReadFile(filepath.Join(s.dir, "memory.events"))
-	if err != nil {
+	c := s.counters()
+	return c.oomKills, c.hasOOMKill
+}
+
+// ScopeMemoryPeak is the memory.peak of scope's leaf in bytes: the most
+// its processes held together (page cache included); ok is false without
+// a memory controller on the leaf, or on a kernel before 5.19 (no such
+// file). A removed leaf's is the figure read just before its removal.
+func ScopeMemoryPeak(scope Scope) (n uint64, ok bool) {
+	s, isCg := scope.(*cgScope)
+	if !isCg || !s.c.controllers["memory"] {
 		return 0, false
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, found := strings.CutPrefix(line, "oom_kill "); found {
-			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-			return n, err == nil
-		}
-	}
-	return 0, false
+	c := s.counters()
+	return c.peak, c.hasPeak
 }

@@ -82,6 +82,11 @@ func usageOf(u exec.Usage) *protocol.Usage {
 func (s *Server) used(ex *execution, subj *exec.Subject, scope exec.Scope, w oomWatch, res *protocol.Executed) {
 	u, _ := subj.Usage()
 	res.Usage = usageOf(u)
+	if peak, ok := exec.ScopeMemoryPeak(scope); ok && int64(peak) > res.Usage.MaxRSSBytes {
+		// The leaf's memory cgroup (section 4.8): what the scope's
+		// processes held together, page cache included.
+		res.Usage.MaxRSSBytes = int64(peak)
+	}
 	lim := ex.req.Limits
 	_, cpu := lim["cpuSeconds"]
 	_, fsize := lim["fileBytes"]
