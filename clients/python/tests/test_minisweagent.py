@@ -99,6 +99,7 @@ class LocalMiniSweAgent(Behaviour, unittest.TestCase):
     def test_config_timeout(self) -> None:
         out = self.env(timeout=2).execute({"command": "sleep 10"})
         self.assertEqual((out["returncode"], out["extra"]["exception_type"]), (-1, "TimeoutExpired"), out)
+        self.assertGreaterEqual(out["extra"]["usage"]["processes"], 1, out)  # what it used, in the trajectory
 
     def test_exited_action_returns_at_once(self) -> None:
         # docker exec waits for a background child holding the output open; relayd does not (rule 6.1).

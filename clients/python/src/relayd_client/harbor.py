@@ -58,7 +58,9 @@ from which ``start`` copies the binary that the overlay mounts, unless
 ``relayd_boundary_before_tests`` (default true). Harbor itself is imported
 only when the class is first used (this module imports without it);
 without Harbor that raises ImportError saying so. The token is never
-logged or put on a command line.
+logged or put on a command line. What a command used (protocol 4.8) is not
+passed on: Harbor's ExecResult has stdout, stderr and return_code alone
+(``relayd_client.Client`` returns it, and ``status`` the survivors').
 """
 
 from __future__ import annotations

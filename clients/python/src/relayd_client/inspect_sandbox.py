@@ -34,7 +34,10 @@ config by a reference, so that the eval log, which records the sandbox
 spec's config, never holds it; ``token_file`` is preferred.
 
 relayd's limits must fit inspect's: ``--max-line-bytes 128MiB`` for a 50
-MiB input, ``--max-stdout-bytes`` above inspect's exec limit (10 MiB)."""
+MiB input, ``--max-stdout-bytes`` above inspect's exec limit (10 MiB).
+What a command used (protocol 4.8) is not passed on: inspect's ExecResult
+has success, returncode, stdout and stderr alone; ``connection()`` gives
+the relayd_client.Client whose execute returns it."""
 
 from __future__ import annotations
 

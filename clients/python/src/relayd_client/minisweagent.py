@@ -18,7 +18,10 @@ deadline, which settles the action's whole process tree, ``setsid`` and
 double-forked escapees included, before the result comes back; it is then
 returned as mini-swe-agent's environments return a timeout (returncode
 -1, ``exception_info`` naming TimeoutExpired, the output so far), and
-nothing of the action runs on.
+nothing of the action runs on. What a timed-out action used (protocol
+4.8) is in that output's ``extra`` (``usage``), which mini-swe-agent keeps
+in the trajectory; an action that ended returns the three keys alone, as
+mini-swe-agent's own environments do.
 
 relayd is reached through ``relayd bridge`` over an exec channel
 (``container``, ``compose_service``, ``pod`` or ``command``, as the inspect
@@ -175,6 +178,12 @@ class RelaydEnvironment:
             else:
                 text = r.stdout + (r.detail + "\n" if r.detail else "")
                 output = {"output": text, "returncode": r.exit_code, "exception_info": ""}
+            # What a timed-out action used (protocol 4.8), beside what
+            # mini-swe-agent's own environments put in its extra. An
+            # action that ended gets nothing more than theirs: code and
+            # tests compare that dict whole.
+            if "extra" in output and r.usage is not None:
+                output["extra"]["usage"] = dataclasses.asdict(r.usage)
         self._check_finished(output)
         return output
 
