@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"hash"
 	"io"
@@ -14,8 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"time"
-
-	"github.com/relayd/relayd/internal/protocol"
 )
 
 // File transfers (extension, protocol section 4.6, "Files").
@@ -178,7 +175,7 @@ func (c *Conn) putBody(ctx context.Context, path string, r io.Reader, n int64, o
 		if opts.Mode != 0 {
 			m.Mode = "0" + strconv.FormatUint(uint64(opts.Mode), 8)
 		}
-		return c.writeBody(&m, r, sum, n, path)
+		return c.writeBody(&m, io.TeeReader(r, sum), n, path)
 	})
 	if err := c.roundTrip(ctx, send, &call{want: kindStored, into: &t}, c.cfg.bound(time.Duration(math.MaxInt64))); err != nil {
 		return t, err
@@ -189,56 +186,39 @@ func (c *Conn) putBody(ctx context.Context, path string, r io.Reader, n int64, o
 	return t, nil
 }
 
-// writeBody writes msg's line and then n bytes of r, holding the
-// connection's writing: no other request's line comes between them. sum
-// is given every byte of the body. The next piece of r is read while the
-// last is sent and hashed (protocol.Piped, protocol.SumAlong).
-func (c *Conn) writeBody(msg any, r io.Reader, sum hash.Hash, n int64, path string) error {
+// writeBody writes msg's line and then n bytes of r, as one write: no
+// other request's line comes between them.
+func (c *Conn) writeBody(msg any, r io.Reader, n int64, path string) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	line, err := json.Marshal(msg)
 	if err != nil {
 		return fmt.Errorf("client: encoding a request: %w", err)
 	}
-	send := func(p []byte) error {
-		_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.ReplyTimeout))
-		if _, err := c.nc.Write(p); err != nil {
-			c.fail(fmt.Errorf("%w: writing a request: %v", ErrConnLost, err))
-			return c.failure()
-		}
-		return nil
-	}
-	if err := send(append(line, '\n')); err != nil {
-		return err
-	}
-	var werr, rerr error
-	left := n
-	err = protocol.Piped(make([]byte, min(int64(bodyBytes), max(2, n))), func(p []byte) (int, error) {
-		if left == 0 {
-			return 0, io.EOF
-		}
-		k, err := io.ReadFull(r, p[:min(int64(len(p)), left)])
+	buf := make([]byte, min(int64(bodyBytes), n+int64(len(line))+1))
+	buf = append(append(buf[:0], line...), '\n')
+	for left := n; ; {
+		k, rerr := io.ReadFull(r, buf[len(buf):min(int64(cap(buf)), int64(len(buf))+left)])
+		buf = buf[:len(buf)+k]
 		left -= int64(k)
-		if err != nil {
-			rerr = err
+		if len(buf) > 0 {
+			_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.ReplyTimeout))
+			if _, err := c.nc.Write(buf); err != nil {
+				c.fail(fmt.Errorf("%w: writing a request: %v", ErrConnLost, err))
+				return c.failure()
+			}
 		}
-		return k, err
-	}, func(p []byte) error {
-		werr = protocol.SumAlong(sum, p, send)
-		return werr
-	})
-	switch {
-	case werr != nil:
-		return werr
-	case rerr != nil:
-		// The body cannot be finished: dropping the connection is the
-		// only way to end it, and relayd then stores nothing.
-		c.fail(fmt.Errorf("%w: the file to put ended early", ErrClosed))
-		return fmt.Errorf("client: PutFile %s: reading: %d bytes short of the %d announced: %w", path, left, n, rerr)
-	case !errors.Is(err, io.EOF):
-		return err
+		if left == 0 {
+			return nil
+		}
+		if rerr != nil {
+			// The body cannot be finished: dropping the connection is the
+			// only way to end it, and relayd then stores nothing.
+			c.fail(fmt.Errorf("%w: the file to put ended early", ErrClosed))
+			return fmt.Errorf("client: PutFile %s: reading: %d bytes short of the %d announced: %w", path, left, n, rerr)
+		}
+		buf = buf[:0]
 	}
-	return nil
 }
 
 // putBodyWire is a put with a raw body.
@@ -381,15 +361,12 @@ type bodySink struct {
 }
 
 func (s *bodySink) Write(p []byte) (int, error) {
-	// The sha256 and the write overlap: each costs about as much.
-	_ = protocol.SumAlong(s.sum, p, func(p []byte) error {
-		if *s.err == nil {
-			if _, err := s.w.Write(p); err != nil {
-				*s.err = err
-			}
+	if *s.err == nil {
+		if _, err := s.w.Write(p); err != nil {
+			*s.err = err
 		}
-		return nil
-	})
+	}
+	s.sum.Write(p)
 	s.n += int64(len(p))
 	return len(p), nil
 }

@@ -3,7 +3,6 @@ package protocol
 import (
 	"bytes"
 	"errors"
-	"hash"
 	"io"
 )
 
@@ -138,9 +137,7 @@ func (lr *LineReader) fail(err error) ([]byte, error) {
 // reader's buffer and buf, whatever n. w must take every byte (a sink
 // that fails keeps its error and takes the rest): only the stream's
 // errors are returned. A stream that ends inside the body returns
-// io.ErrUnexpectedEOF; every error is final, as ReadLine's. w is called
-// one piece at a time, from a goroutine of CopyBody's while the next
-// piece is read, and never after CopyBody returns.
+// io.ErrUnexpectedEOF; every error is final, as ReadLine's.
 func (lr *LineReader) CopyBody(w io.Writer, n int64, buf []byte) error {
 	if lr.err != nil {
 		return lr.err
@@ -148,27 +145,30 @@ func (lr *LineReader) CopyBody(w io.Writer, n int64, buf []byte) error {
 	if len(buf) == 0 {
 		panic("protocol: CopyBody: empty buffer")
 	}
-	for lr.rpos < lr.wpos && n > 0 {
-		k := min(int64(lr.wpos-lr.rpos), n)
-		_, _ = w.Write(lr.buf[lr.rpos : lr.rpos+int(k)])
-		lr.rpos += int(k)
-		n -= k
-	}
-	if n > 0 && lr.rerr != nil {
-		return lr.bodyEnded(lr.rerr)
-	}
-	// The rest straight from the source, the next piece read while w
-	// takes the last (Piped).
 	empty := 0
-	err := Piped(buf, func(p []byte) (int, error) {
-		if n == 0 {
-			return 0, io.EOF
+	for n > 0 {
+		if lr.rpos < lr.wpos {
+			k := min(int64(lr.wpos-lr.rpos), n)
+			_, _ = w.Write(lr.buf[lr.rpos : lr.rpos+int(k)])
+			lr.rpos += int(k)
+			n -= k
+			continue
 		}
-		k, err := lr.src.Read(p[:min(int64(len(p)), n)])
-		if k < 0 || k > len(p) {
-			return 0, errImpossibleCount
+		if lr.rerr != nil {
+			err := lr.rerr
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			_, err = lr.fail(err)
+			return err
+		}
+		k, err := lr.src.Read(buf[:min(int64(len(buf)), n)])
+		if k < 0 || k > len(buf) {
+			_, err = lr.fail(errors.New("protocol: reader returned an impossible count"))
+			return err
 		}
 		if k > 0 {
+			_, _ = w.Write(buf[:k])
 			n -= int64(k)
 			empty = 0
 		} else if err == nil {
@@ -176,97 +176,9 @@ func (lr *LineReader) CopyBody(w io.Writer, n int64, buf []byte) error {
 				err = io.ErrNoProgress
 			}
 		}
-		if err != nil && n == 0 {
-			lr.rerr = err // the body is whole: returned with the next line
-			err = io.EOF
+		if err != nil {
+			lr.rerr = err // returned once the body's bytes are used, or with the next line
 		}
-		return k, err
-	}, func(p []byte) error {
-		_, _ = w.Write(p)
-		return nil
-	})
-	switch {
-	case errors.Is(err, errImpossibleCount):
-		_, err = lr.fail(err)
-		return err
-	case n > 0:
-		return lr.bodyEnded(err)
 	}
 	return nil
 }
-
-var errImpossibleCount = errors.New("protocol: reader returned an impossible count")
-
-// bodyEnded fails the reader for a stream that ended inside a body.
-func (lr *LineReader) bodyEnded(err error) error {
-	if errors.Is(err, io.EOF) {
-		err = io.ErrUnexpectedEOF
-	}
-	_, err = lr.fail(err)
-	return err
-}
-
-// Piped copies pieces from read to write through the two halves of buf,
-// reading the next piece while write takes the last, in a goroutine
-// joined before it returns: the two system calls (or a read and a hash)
-// of a copy then overlap. read returns a piece's length and an error
-// that ends the copy after that piece is written; write's first error
-// ends it too. It returns that error (io.EOF when read said so), and
-// never calls read and write on the same half at once.
-func Piped(buf []byte, read func([]byte) (int, error), write func([]byte) error) error {
-	if len(buf) < 2 {
-		panic("protocol: Piped: buffer too small")
-	}
-	half := [2][]byte{buf[:len(buf)/2], buf[len(buf)/2:]}
-	var werr error
-	var wrote chan struct{} // a write in flight, closed when it returns
-	wait := func() error {
-		if wrote != nil {
-			<-wrote
-			wrote = nil
-		}
-		return werr
-	}
-	for i := 0; ; i ^= 1 {
-		k, rerr := read(half[i])
-		if err := wait(); err != nil {
-			return err
-		}
-		if k > 0 && rerr != nil {
-			if err := write(half[i][:k]); err != nil {
-				return err
-			}
-		} else if k > 0 {
-			wrote = make(chan struct{})
-			go func(p []byte) {
-				defer close(wrote)
-				werr = write(p)
-			}(half[i][:k])
-		}
-		if rerr != nil {
-			return rerr
-		}
-	}
-}
-
-// SumAlong gives p to write and to sum at the same time, sum in a
-// goroutine joined before it returns, when p is big enough to pay for
-// one: a sha256 and a file's or a socket's write then overlap.
-func SumAlong(sum hash.Hash, p []byte, write func([]byte) error) error {
-	if len(p) < sumAlongBytes {
-		sum.Write(p)
-		return write(p)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		sum.Write(p)
-	}()
-	err := write(p)
-	<-done
-	return err
-}
-
-// sumAlongBytes is the smallest piece SumAlong hashes in a goroutine of
-// its own.
-const sumAlongBytes = 32 << 10

@@ -2,7 +2,6 @@ package protocol
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"errors"
 	"io"
 	"strings"
@@ -233,48 +232,5 @@ func TestLineReaderCopyBody(t *testing.T) {
 	}
 	if _, err := lr.ReadLine(); err != io.ErrUnexpectedEOF {
 		t.Fatalf("after a body cut short, ReadLine: %v; want the same error", err)
-	}
-}
-
-// TestPiped: Piped hands write every piece read, in order, whatever the
-// buffer; read's error ends the copy after its piece, write's at once.
-func TestPiped(t *testing.T) {
-	src := bytes.Repeat([]byte("0123456789abcdef"), 1000)
-	for _, size := range []int{2, 3, 64, 1 << 16} {
-		r := bytes.NewReader(src)
-		var got bytes.Buffer
-		err := Piped(make([]byte, size), r.Read, func(p []byte) error { got.Write(p); return nil })
-		if err != io.EOF || !bytes.Equal(got.Bytes(), src) {
-			t.Fatalf("buffer %d: err %v, %d bytes equal %v", size, err, got.Len(), bytes.Equal(got.Bytes(), src))
-		}
-	}
-	boom := errors.New("boom")
-	writes := 0
-	err := Piped(make([]byte, 8), func(p []byte) (int, error) { return len(p), nil }, func([]byte) error {
-		writes++
-		return boom
-	})
-	if err != boom || writes != 1 {
-		t.Fatalf("a failing write: err %v after %d writes; want boom after 1", err, writes)
-	}
-	var got bytes.Buffer
-	err = Piped(make([]byte, 8), func(p []byte) (int, error) { return copy(p, "ab"), boom }, func(p []byte) error { got.Write(p); return nil })
-	if err != boom || got.String() != "ab" {
-		t.Fatalf("a read that fails with its piece: err %v, wrote %q; want boom after \"ab\"", err, got.String())
-	}
-}
-
-// TestSumAlong: the sum and the write see the same bytes, small or big.
-func TestSumAlong(t *testing.T) {
-	for _, n := range []int{0, 1, sumAlongBytes - 1, sumAlongBytes, 1 << 20} {
-		p := bytes.Repeat([]byte{7}, n)
-		sum := sha256.New()
-		var got bytes.Buffer
-		if err := SumAlong(sum, p, func(p []byte) error { got.Write(p); return nil }); err != nil {
-			t.Fatal(err)
-		}
-		if want := sha256.Sum256(p); !bytes.Equal(sum.Sum(nil), want[:]) || !bytes.Equal(got.Bytes(), p) {
-			t.Fatalf("%d bytes: sum or write differs", n)
-		}
 	}
 }

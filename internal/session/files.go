@@ -100,10 +100,10 @@ type bodySink struct {
 
 func (s *bodySink) Write(p []byte) (int, error) {
 	if s.err == nil {
-		// The sha256 and the write overlap: each costs about as much.
-		if err := protocol.SumAlong(s.x.sum, p, s.x.write); err != nil {
+		if err := s.x.write(p); err != nil {
 			s.err = err
 		} else {
+			s.x.sum.Write(p)
 			s.x.n += int64(len(p))
 		}
 	}
@@ -593,17 +593,8 @@ func (cn *conn) getBody(id json.RawMessage, g *protocol.Get, path string, f *os.
 	max := cn.srv.maxFileBytes()
 	buf := make([]byte, bodyBufBytes)
 	sum := sha256.New()
-	var n int64
-	lim := io.LimitReader(f, max+1)
-	err := protocol.Piped(buf, func(p []byte) (int, error) {
-		k, err := lim.Read(p)
-		n += int64(k)
-		return k, err
-	}, func(p []byte) error {
-		sum.Write(p)
-		return nil
-	})
-	if errors.Is(err, io.EOF) {
+	n, err := io.CopyBuffer(sum, io.LimitReader(f, max+1), buf)
+	if err == nil {
 		_, err = f.Seek(0, io.SeekStart)
 	}
 	switch {
@@ -629,38 +620,20 @@ func (cn *conn) getBody(id json.RawMessage, g *protocol.Get, path string, f *os.
 		return
 	}
 	sum.Reset()
-	// Read, sha256 and send overlap: the next piece is read while the
-	// last is hashed and sent, each in a goroutine of its own.
-	var shrank, werr error
-	left := n
-	err = protocol.Piped(buf, func(p []byte) (int, error) {
-		if left == 0 {
-			return 0, io.EOF
-		}
-		k, err := io.ReadFull(f, p[:min(int64(len(p)), left)])
+	for left := n; left > 0; {
+		k, err := io.ReadFull(f, buf[:min(int64(len(buf)), left)])
 		if err != nil {
-			shrank = err
+			cn.log.Warn().Str("path", path).Int64("bytes", n-left).Msg("get: the file shrank while its body was sent; closing the connection")
+			cn.lostWriting(nil)
+			return
+		}
+		sum.Write(buf[:k])
+		deadline()
+		if _, err := cn.c.Write(buf[:k]); err != nil {
+			cn.lostWriting(err)
+			return
 		}
 		left -= int64(k)
-		return k, err
-	}, func(p []byte) error {
-		return protocol.SumAlong(sum, p, func(p []byte) error {
-			deadline()
-			_, werr = cn.c.Write(p)
-			return werr
-		})
-	})
-	switch {
-	case werr != nil:
-		cn.lostWriting(werr)
-		return
-	case shrank != nil:
-		cn.log.Warn().Str("path", path).Int64("bytes", n-left).Msg("get: the file shrank while its body was sent; closing the connection")
-		cn.lostWriting(nil)
-		return
-	case !errors.Is(err, io.EOF):
-		cn.lostWriting(err)
-		return
 	}
 	if !bytes.Equal(sum.Sum(nil), want) {
 		cn.log.Warn().Str("path", path).Msg("get: the file changed while its body was sent; closing the connection")
