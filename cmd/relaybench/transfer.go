@@ -5,15 +5,19 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/relayd/relayd/client"
@@ -35,7 +39,8 @@ func (b *bench) transfer() {
 	}
 	b.transferLoopback(sec, fileBytes)
 	names := []string{"stdin: relayd execute with Stdin", "stdin: docker exec -i cat", "put: relayd PutFile", "put: docker cp in",
-		"put: docker exec -i cat", "get: relayd GetFile", "get: docker cp out", "get: docker exec cat", "relayd peak RSS"}
+		"put: docker exec -i cat", "get: relayd GetFile", "get: docker cp out", "get: docker exec cat", "relayd peak RSS",
+		"tree put: relayd UploadDir", "tree put: docker cp in", "tree get: relayd DownloadDir", "tree get: docker cp out"}
 	skip := func(why string) {
 		logf("transfer section skipped: %s", why)
 		for _, n := range names {
@@ -166,6 +171,7 @@ func (b *bench) transfer() {
 	}), check)
 	gr.against(gc)
 	ge.against(gc)
+	t.trees(sec, names[9:13])
 
 	peak := 0.0
 	var parts []string
@@ -184,21 +190,34 @@ func (b *bench) transfer() {
 }
 
 // loopbackNames are the transfer section's loopback rows.
-var loopbackNames = []string{"loopback: plain socket copy", "loopback put: relayd PutFile", "loopback get: relayd GetFile", "loopback: relayd peak RSS"}
+var loopbackNames = []string{"loopback: plain socket copy", "loopback put: relayd PutFile", "loopback get: relayd GetFile", "loopback: relayd peak RSS",
+	"loopback put: relayd CPU", "loopback put: client CPU", "loopback get: relayd CPU", "loopback get: client CPU", "loopback: plain socket copy CPU",
+	"loopback: sha256 CPU"}
+
+// loopbackRounds is how many times each loopback transfer runs, in turns:
+// the figures are the medians (a busy machine moves single runs by 2x).
+const loopbackRounds = 3
 
 // transferLoopback measures a put and a get of n pseudo-random bytes over
 // loopback TCP to a relayd on this machine (raw bodies, protocol 4.6),
 // each as a ratio of a plain socket copy of the same bytes, file to
-// socket to file, in the same run, and relayd's peak RSS after both.
+// socket to file, in the same run, and relayd's peak RSS after both. It
+// also says where the time goes: the CPU seconds per GiB that relayd and
+// this process (the client, or both ends of the socket copy) spent.
 func (b *bench) transferLoopback(sec *section, n int64) {
+	unitOf := func(i int) string {
+		switch {
+		case i == 3:
+			return "MiB"
+		case i > 3:
+			return "s/GiB"
+		}
+		return "MiB/s"
+	}
 	skip := func(why string) {
 		logf("transfer: loopback rows skipped: %s", why)
 		for i, name := range loopbackNames {
-			unit := "MiB/s"
-			if i == len(loopbackNames)-1 {
-				unit = "MiB"
-			}
-			sec.add(skipped(name, unit, why))
+			sec.add(skipped(name, unitOf(i), why))
 		}
 	}
 	if b.cfg.relayd == "" {
@@ -231,59 +250,148 @@ func (b *bench) transferLoopback(sec *section, n int64) {
 		return
 	}
 	defer c.Close()
-	sec.note("loopback rows: a %s file of pseudo-random bytes on this machine's disk, put to and got from a relayd on 127.0.0.1 (its workspace on the same disk) by the Go client (raw bodies when relayd lists \"body\"), against a plain copy of the same file through a loopback TCP socket into a file, in the same run; relayd's peak RSS is its VmHWM after both", mib(n))
-	rate := func(took time.Duration) float64 { return float64(n) / (1 << 20) / took.Seconds() }
-	// timed times op alone, then checks what arrived (check may be nil).
-	timed := func(name string, op, check func() error) *figure {
+	rounds := loopbackRounds
+	if b.cfg.quick {
+		rounds = 1
+	}
+	sec.note("loopback rows: a %s file of pseudo-random bytes on this machine's disk, put to and got from a relayd on 127.0.0.1 (its workspace on the same disk) by the Go client (raw bodies when relayd lists \"body\"), against a plain copy of the same file through a loopback TCP socket into a file, in the same run, %d rounds in turns (medians); relayd's peak RSS is its VmHWM after all; CPU is user+system seconds per GiB, relayd's from /proc, the client's (and the socket copy's, both ends) this process's getrusage", mib(n), rounds)
+	gib := float64(n) / (1 << 30)
+	// timed times op alone, then checks what arrived (check may be nil);
+	// it returns the rate and the CPU seconds per GiB of relayd and of
+	// this process.
+	timed := func(name string, op, check func() error) (rate, relaydCPU, selfCPU float64, err error) {
+		r0, rerr := cpuTime(d.pid)
+		s0 := selfCPUTime()
 		began := time.Now()
-		err := op()
+		err = op()
 		took := time.Since(began)
+		r1, rerr1 := cpuTime(d.pid)
+		s1 := selfCPUTime()
 		if err == nil && check != nil {
 			err = check()
 		}
 		if err != nil {
 			logf("transfer: %s: %v", name, err)
-			return sec.add(skipped(name, "MiB/s", err.Error()))
+			return 0, 0, 0, err
 		}
-		logf("transfer: %s: %s in %s, %.0f MiB/s", name, mib(n), took.Round(time.Millisecond), rate(took))
-		return sec.add(measured(name, "MiB/s", []float64{rate(took)}, true))
+		rate = float64(n) / (1 << 20) / took.Seconds()
+		relaydCPU, selfCPU = -1, (s1-s0).Seconds()/gib
+		if rerr == nil && rerr1 == nil {
+			relaydCPU = (r1 - r0).Seconds() / gib
+		}
+		logf("transfer: %s: %s in %s, %.0f MiB/s; CPU per GiB: relayd %.2fs, this process %.2fs", name, mib(n), took.Round(time.Millisecond), rate, relaydCPU, selfCPU)
+		return rate, relaydCPU, selfCPU, nil
 	}
 	got := filepath.Join(dir, "got.bin")
-	base := timed(loopbackNames[0], func() error { return socketCopy(src, got) }, func() error { return checkSum(got, sum) })
-	put := timed(loopbackNames[1], func() error {
-		f, err := os.Open(src)
-		if err != nil {
+	ops := []func() error{
+		func() error { return socketCopy(src, got) },
+		func() error {
+			f, err := os.Open(src)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			// The last round's file goes first, as the socket copy's
+			// os.Create truncates its own: each writes into memory just
+			// freed (a VM's never-touched pages cost several times more).
+			if err := os.Remove(filepath.Join(d.Workspace, "put.bin")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			t, err := c.PutFile(ctx, "put.bin", f, client.PutOptions{})
+			if err == nil && t.Sha256 != sum {
+				err = fmt.Errorf("stored sha256 %s; want %s", t.Sha256, sum)
+			}
 			return err
-		}
-		defer f.Close()
-		t, err := c.PutFile(ctx, "put.bin", f, client.PutOptions{})
-		if err == nil && t.Sha256 != sum {
-			err = fmt.Errorf("stored sha256 %s; want %s", t.Sha256, sum)
-		}
-		return err
-	}, nil)
-	get := timed(loopbackNames[2], func() error {
-		o, err := os.Create(got)
-		if err != nil {
+		},
+		func() error {
+			o, err := os.Create(got)
+			if err != nil {
+				return err
+			}
+			t, err := c.GetFile(ctx, "put.bin", "", o)
+			if cerr := o.Close(); err == nil {
+				err = cerr
+			}
+			if err == nil && t.Sha256 != sum {
+				err = fmt.Errorf("got sha256 %s; want %s", t.Sha256, sum)
+			}
 			return err
+		},
+	}
+	checks := []func() error{func() error { return checkSum(got, sum) }, nil, func() error { return checkSum(got, sum) }}
+	rates := make([][]float64, 3)
+	cpu := map[int][]float64{} // by row of loopbackNames
+	failed := make([]error, 3)
+	for range rounds {
+		for i, op := range ops {
+			if failed[i] != nil {
+				continue
+			}
+			r, rc, sc, err := timed(loopbackNames[i], op, checks[i])
+			if err != nil {
+				failed[i] = err
+				continue
+			}
+			rates[i] = append(rates[i], r)
+			switch i {
+			case 0:
+				cpu[8] = append(cpu[8], sc)
+			case 1:
+				cpu[4], cpu[5] = append(cpu[4], rc), append(cpu[5], sc)
+			case 2:
+				cpu[6], cpu[7] = append(cpu[6], rc), append(cpu[7], sc)
+			}
 		}
-		t, err := c.GetFile(ctx, "put.bin", "", o)
-		if cerr := o.Close(); err == nil {
-			err = cerr
+	}
+	figs := make([]*figure, 3)
+	for i := range figs {
+		if failed[i] != nil {
+			figs[i] = sec.add(skipped(loopbackNames[i], "MiB/s", failed[i].Error()))
+			continue
 		}
-		if err == nil && t.Sha256 != sum {
-			err = fmt.Errorf("got sha256 %s; want %s", t.Sha256, sum)
-		}
-		return err
-	}, func() error { return checkSum(got, sum) })
-	put.against(base)
-	get.against(base)
+		figs[i] = sec.add(measured(loopbackNames[i], "MiB/s", rates[i], true))
+	}
+	figs[1].against(figs[0]).target(">= 0.7x", ratioAtLeast(0.7))
+	figs[2].against(figs[0]).target(">= 0.7x", ratioAtLeast(0.7))
 	hwm, err := d.status("VmHWM")
 	if err != nil {
 		sec.add(skipped(loopbackNames[3], "MiB", err.Error()))
-		return
+	} else {
+		sec.add(measured(loopbackNames[3], "MiB", []float64{hwm / 1024}, false)).target("< 64 MiB", medianBelow(64))
 	}
-	sec.add(measured(loopbackNames[3], "MiB", []float64{hwm / 1024}, false)).target("< 64 MiB", medianBelow(64))
+	for i := 4; i < len(loopbackNames)-1; i++ {
+		xs := cpu[i]
+		if len(xs) == 0 || slices.Contains(xs, -1) {
+			sec.add(skipped(loopbackNames[i], "s/GiB", "not measured"))
+			continue
+		}
+		sec.add(measured(loopbackNames[i], "s/GiB", xs, false))
+	}
+	// What the contract's sha256 of every byte costs here: a put hashes
+	// each byte twice (client, relayd), a get three times (relayd before
+	// the line and while sending, the client).
+	sec.add(measured(loopbackNames[len(loopbackNames)-1], "s/GiB", []float64{sha256Cost()}, false)).
+		withNote("one pass over 256 MiB in memory, one core; a put pays it twice, a get three times")
+}
+
+// sha256Cost is the CPU seconds per GiB of crypto/sha256 on this machine.
+func sha256Cost() float64 {
+	buf := make([]byte, 1<<20)
+	h := sha256.New()
+	began := time.Now()
+	for range 256 {
+		h.Write(buf)
+	}
+	return time.Since(began).Seconds() * 4
+}
+
+// selfCPUTime is the user and system CPU time of this process so far.
+func selfCPUTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // writeRandom writes n pseudo-random bytes to path and returns their sha256.
@@ -492,3 +600,106 @@ func (t *transferEnv) close() {
 }
 
 func mib(n int64) string { return fmt.Sprintf("%d MiB", n>>20) }
+
+// treeFiles is how many small files the tree rows move: a virtualenv's
+// or a repository checkout's worth (issue 30).
+const treeFiles = 20000
+
+// trees times a tree of treeFiles small files into the container and back,
+// relayd's UploadDir and DownloadDir (its own tar, protocol 4.6 "Trees")
+// against docker cp of the same tree, in seconds (lower is better); each
+// once, the files counted after each.
+func (t *transferEnv) trees(sec *section, names []string) {
+	local := filepath.Join(t.dir, "tree")
+	bytes, err := writeTree(local, treeFiles)
+	if err != nil {
+		for _, n := range names {
+			sec.add(skipped(n, "s", err.Error()))
+		}
+		return
+	}
+	sec.note("tree rows: %d files of 1 to 4 KiB (%s in all) in 200 directories, the same tree each way, into the container's /tmp and back to the host; seconds, each once, the files counted after each", treeFiles, mib(bytes))
+	ctx := context.Background()
+	step := func(name string, op func() error, count func() (int, error)) *figure {
+		began := time.Now()
+		err := op()
+		took := time.Since(began)
+		if err == nil {
+			var k int
+			if k, err = count(); err == nil && k != treeFiles {
+				err = fmt.Errorf("%d files arrived; want %d", k, treeFiles)
+			}
+		}
+		if err != nil {
+			logf("transfer: %s: %v", name, err)
+			return sec.add(skipped(name, "s", err.Error()))
+		}
+		logf("transfer: %s: %d files in %s", name, treeFiles, took.Round(time.Millisecond))
+		return sec.add(measured(name, "s", []float64{took.Seconds()}, false))
+	}
+	remote := func(dir string) func() (int, error) {
+		return func() (int, error) {
+			out, err := dockerCLI(time.Minute, "exec", t.env.name, "sh", "-c", "find "+dir+" -type f | wc -l")
+			if err != nil {
+				return 0, err
+			}
+			return strconv.Atoi(strings.TrimSpace(out))
+		}
+	}
+	localCount := func(dir string) func() (int, error) {
+		return func() (int, error) {
+			k := 0
+			err := filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
+				if err == nil && e.Type().IsRegular() {
+					k++
+				}
+				return err
+			})
+			return k, err
+		}
+	}
+	pr := step(names[0], func() error { return t.conn.UploadDir(ctx, local, "/tmp/tree-relayd", client.DirOptions{}) }, remote("/tmp/tree-relayd"))
+	pc := step(names[1], func() error {
+		_, err := dockerCLI(10*time.Minute, "cp", local, t.env.name+":/tmp/tree-cp")
+		return err
+	}, remote("/tmp/tree-cp"))
+	pr.against(pc).target("<= 1x", ratioAtMost(1))
+	src := "/tmp/tree-relayd"
+	if pr.Skipped != "" {
+		src = "/tmp/tree-cp"
+	}
+	outR, outC := filepath.Join(t.dir, "tree-relayd"), filepath.Join(t.dir, "tree-cp")
+	gr := step(names[2], func() error { return t.conn.DownloadDir(ctx, src, outR, client.DirOptions{}) }, localCount(outR))
+	gc := step(names[3], func() error {
+		_, err := dockerCLI(10*time.Minute, "cp", t.env.name+":"+src, outC)
+		return err
+	}, localCount(outC))
+	gr.against(gc).target("<= 1x", ratioAtMost(1))
+	_, _ = dockerCLI(time.Minute, "exec", t.env.name, "rm", "-rf", "/tmp/tree-relayd", "/tmp/tree-cp")
+	os.RemoveAll(outR)
+	os.RemoveAll(outC)
+	os.RemoveAll(local)
+}
+
+// writeTree writes n files of 1 to 4 KiB of pseudo-random bytes under
+// dir, in 200 directories, and returns their bytes.
+func writeTree(dir string, n int) (int64, error) {
+	rng := rand.NewChaCha8([32]byte{20})
+	buf := make([]byte, 4<<10)
+	var total int64
+	for i := range n {
+		sub := filepath.Join(dir, fmt.Sprintf("pkg%03d", i%200))
+		if i < 200 {
+			if err := os.MkdirAll(sub, 0o755); err != nil {
+				return 0, err
+			}
+		}
+		k := 1<<10 + int(rng.Uint64()%(3<<10))
+		_, _ = rng.Read(buf[:k])
+		if err := os.WriteFile(filepath.Join(sub, fmt.Sprintf("mod%05d.py", i)), buf[:k], 0o644); err != nil {
+			return 0, err
+		}
+		total += int64(k)
+	}
+	return total, nil
+}

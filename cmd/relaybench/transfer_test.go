@@ -32,15 +32,16 @@ func TestTransferSkippedWithoutDocker(t *testing.T) {
 	b := &bench{report: &report{}}
 	b.transfer()
 	sec := b.report.Sections[0]
-	if sec.Name != "transfer" || len(sec.Figures) != 13 {
-		t.Fatalf("got section %q with %d figures; want transfer with 13 skipped", sec.Name, len(sec.Figures))
+	want := len(loopbackNames) + 13
+	if sec.Name != "transfer" || len(sec.Figures) != want {
+		t.Fatalf("got section %q with %d figures; want transfer with %d skipped", sec.Name, len(sec.Figures), want)
 	}
-	for _, f := range sec.Figures[:4] {
+	for _, f := range sec.Figures[:len(loopbackNames)] {
 		if f.Skipped != "no relayd binary" {
 			t.Errorf("%s: skipped %q; want %q", f.Name, f.Skipped, "no relayd binary")
 		}
 	}
-	for _, f := range sec.Figures[4:] {
+	for _, f := range sec.Figures[len(loopbackNames):] {
 		if f.Skipped != "docker CLI not installed" {
 			t.Errorf("%s: skipped %q; want %q", f.Name, f.Skipped, "docker CLI not installed")
 		}
