@@ -58,6 +58,10 @@ type Execute struct {
 	// Limits are section 4.8's resource limits, by name; nil when absent.
 	Limits Limits
 
+	// Session names the shell session whose shell runs Script (section
+	// 4.7, session.go); "" for an ordinary execute.
+	Session, Script string
+
 	// Ignored names the request's unknown top-level fields, for its
 	// started and executed replies (section 4.6); nil when none.
 	Ignored []string
@@ -109,9 +113,13 @@ func (m *Message) Execute() (*Execute, *Error) {
 	}
 	var ok bool
 
+	// session and script, instead of command (section 4.7, session.go)
+	if e := m.sessionScript(x); e != nil {
+		return nil, e
+	}
 	// command
 	x.Command, ok = m.stringField("command")
-	if !ok || x.Command == "" {
+	if x.Session == "" && (!ok || x.Command == "") {
 		return nil, badExecute(`"command" must be a non-empty string`)
 	}
 	if strings.IndexByte(x.Command, 0) >= 0 {
@@ -220,6 +228,9 @@ func (m *Message) Execute() (*Execute, *Error) {
 		return nil, e
 	}
 	if e = m.limits(x); e != nil {
+		return nil, e
+	}
+	if e = sessionFields(x); e != nil {
 		return nil, e
 	}
 	x.Ignored = m.ignoredAs("execute")

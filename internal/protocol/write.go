@@ -73,6 +73,9 @@ type executedTail struct {
 	Cause            string     `json:"cause,omitempty"`
 	Limit            string     `json:"limit,omitempty"`
 	Limits           Limits     `json:"limits,omitempty"`
+	Session          string     `json:"session,omitempty"`
+	Cwd              string     `json:"cwd,omitempty"`
+	SessionEnded     bool       `json:"sessionEnded,omitempty"`
 }
 
 func writeExecuted(w io.Writer, e Executed) error {
@@ -85,7 +88,7 @@ func writeExecuted(w io.Writer, e Executed) error {
 	}
 	tail, err := json.Marshal(executedTail{e.Diagnostic, e.Execution, e.Settlement, e.Survivors, e.SurvivorsOmitted, e.Scope,
 		e.Signal, e.StdoutTruncated, e.Stderr, e.StderrTruncated, e.Detail, e.DurationMs, e.Ignored,
-		e.Usage, e.Cause, e.Limit, e.Limits})
+		e.Usage, e.Cause, e.Limit, e.Limits, e.Session, e.Cwd, e.SessionEnded})
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrEncoding, err)
 	}

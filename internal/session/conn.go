@@ -343,6 +343,10 @@ func (cn *conn) handle(msg *protocol.Message, perr *protocol.Error) string {
 		cn.get(msg, ignored)
 	case "status":
 		cn.status(request{msg.ID, ignored}) // looking without touching: nothing ends (status.go)
+	case "open":
+		cn.open(msg, ignored) // shell sessions (shell.go)
+	case "close":
+		cn.closeSession(msg, ignored)
 	case "":
 		cn.refuse(msg.ID, ignored, protocol.CatUnknownKind, `message has no "kind": expected `+knownKinds)
 	default:
@@ -353,7 +357,7 @@ func (cn *conn) handle(msg *protocol.Message, perr *protocol.Error) string {
 }
 
 // knownKinds are the kinds a controller may send, for an unknown-kind error.
-const knownKinds = `"ready", "execute", "verify", "attach", "stdin", "resize", "put", "get" or "status"`
+const knownKinds = `"ready", "execute", "verify", "attach", "stdin", "resize", "put", "get", "status", "open" or "close"`
 
 // safeKind bounds a peer-chosen kind before it is echoed or logged.
 func safeKind(k string) string {
@@ -376,6 +380,10 @@ func (cn *conn) execute(msg *protocol.Message, ignored []string) {
 	}
 	if cn.files.xfer != nil {
 		cn.refuse(msg.ID, ignored, protocol.CatBusy, "a put is open on this connection; send its last chunk (no \"more\") first")
+		return
+	}
+	if req.Session != "" {
+		cn.sessionCommand(msg, req, ignored)
 		return
 	}
 	user, detail := cn.srv.account(req)
