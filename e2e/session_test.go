@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -205,7 +206,9 @@ func TestSessionAcrossConnections(t *testing.T) {
 				t.Fatalf("close %s: %v", n, c)
 			}
 		}
-		openSession(t, cl, nil) // room again
+		c := openSession(t, cl, nil) // room again
+		wantExit(t, cl.run(c, "sleep 1000 &", nil), "exited", 0)
+		d.stopClean() // shutdown settles the open session: exit 0
 	})
 }
 
@@ -242,4 +245,57 @@ func readPid(t testing.TB, path string) int {
 		return err == nil
 	})
 	return pid
+}
+
+// TestSessionAtTrialBoundary: the trial boundary treats an open session
+// like a kept scope: its processes are survivors, and settling them
+// closes it.
+func TestSessionAtTrialBoundary(t *testing.T) {
+	eachScope(t, func(t *testing.T, mech string) {
+		d := startRelayd(t, opts{scope: mech})
+		cl := d.connect()
+		dir := t.TempDir()
+		name := openSession(t, cl, msg{"cwd": dir})
+		wantExit(t, cl.run(name, "sleep 1000 & echo $! > bg.pid; echo $$ > shell.pid", nil), "exited", 0)
+		bg, shell := readPid(t, filepath.Join(dir, "bg.pid")), readPid(t, filepath.Join(dir, "shell.pid"))
+
+		r := boundary(t, cl, nil)
+		pids := survivorPids(t, r)
+		if !slices.Contains(pids, bg) || !slices.Contains(pids, shell) {
+			t.Fatalf("boundary survivors %v; want the shell %d and its job %d", pids, shell, bg)
+		}
+		wantOut(t, cl.run(name, "echo on", nil), "on\n", "")
+
+		r = boundary(t, cl, msg{"survivors": "settle"})
+		if r["quiescent"] != true {
+			t.Fatalf("settling boundary: %v; want quiescent", r)
+		}
+		if alive(bg) || alive(shell) {
+			t.Fatalf("after the settling boundary: job %d alive %v, shell %d alive %v", bg, alive(bg), shell, alive(shell))
+		}
+		if e := cl.request(msg{"kind": "execute", "session": name, "script": "true"}); e["kind"] != "error" {
+			t.Fatalf("the settled session still runs commands: %v", e)
+		}
+	})
+}
+
+// TestSessionIdleTimeout: a session unused for --session-idle-timeout is
+// closed, its processes settled.
+func TestSessionIdleTimeout(t *testing.T) {
+	eachScope(t, func(t *testing.T, mech string) {
+		d := startRelayd(t, opts{scope: mech, args: []string{"--session-idle-timeout", "500ms"}})
+		cl := d.connect()
+		dir := t.TempDir()
+		name := openSession(t, cl, msg{"cwd": dir})
+		wantExit(t, cl.run(name, "sleep 1000 & echo $! > bg.pid", nil), "exited", 0)
+		bg := readPid(t, filepath.Join(dir, "bg.pid"))
+		waitFor(t, 10*time.Second, "the idle session to be closed", func() bool {
+			st := cl.request(msg{"kind": "status"})
+			list, _ := st["sessions"].([]any)
+			return len(list) == 0 && !alive(bg)
+		})
+		if e := cl.request(msg{"kind": "execute", "session": name, "script": "true"}); e["kind"] != "error" {
+			t.Fatalf("the idle session still runs commands: %v", e)
+		}
+	})
 }

@@ -343,7 +343,7 @@ func (s *Server) run(ex *execution) (res protocol.Executed) {
 	case subj.Broken() != nil:
 		// Nothing the shim said counts, its exit neither (rule 6.13).
 		ended = s.settle(ex, subj, scope, "the shim broke the wire's rules", out, &res)
-	case exited && !s.killedByDestroy(subj, st) && settleOnExit(ex.req.OnExit, st):
+	case exited && !s.killedByDestroy(subj, st) && settleOnExit(ex.req.OnExit, st) && !ex.keepsRest():
 		ended = st.At
 		s.settleExited(ex, subj, scope, st, out, &res)
 	case exited && !s.killedByDestroy(subj, st):
@@ -541,6 +541,11 @@ func (s *Server) awaitEnd(ex *execution, subj *exec.Subject) (st exec.Status, ex
 		return st, false, reason
 	}
 }
+
+// keepsRest reports whether a trial boundary kept processes of this
+// session's scope (shell.go): when its shell exits, the rest is left
+// alone, as an exited subject's.
+func (ex *execution) keepsRest() bool { return ex.shell != nil && ex.shell.keepRest.Load() }
 
 // leaveAlone is rule 6.1: the subject exited by itself, with any status;
 // nothing is signalled, and what remains of its scope is reported as

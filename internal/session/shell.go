@@ -62,6 +62,10 @@ type shell struct {
 	stdout, stderr router
 
 	final protocol.Executed // the shell's execution's end, once ex.finished is closed
+
+	// keepRest: a trial boundary kept processes of the session, so what
+	// remains when the shell exits is left alone, not settled.
+	keepRest atomic.Bool
 }
 
 // command is one execute of a session, handed to its shell's loop.
@@ -585,4 +589,30 @@ func (cn *conn) sessionCommand(msg *protocol.Message, req *protocol.Execute, ign
 	}
 	req.CaptureStderr = true
 	cn.cur, cn.curID, cn.curIgnored = cn.srv.startCommand(cn, sh, req, msg.ID, cn.log), msg.ID, req.Ignored
+}
+
+// sessionScopes are the scopes of the open sessions, which a trial
+// boundary treats as left scopes (protocol 4.7): their processes are
+// survivors, and settling them closes the session.
+func (s *Server) sessionScopes() []leftScope {
+	s.mu.Lock()
+	out := make([]leftScope, 0, len(s.shells))
+	for _, sh := range s.shells {
+		out = append(out, leftScope{id: sh.ex.id, scope: sh.subj.Scope, shell: sh})
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b leftScope) int { return compareIDs(a.id, b.id) })
+	return out
+}
+
+// closeForBoundary closes the session for a trial boundary that settles
+// it whole, and returns the pids of members (what it settled).
+func (sh *shell) closeForBoundary(members []exec.Member) []int {
+	sh.ex.stop("trial boundary")
+	<-sh.ex.finished
+	pids := make([]int, 0, len(members))
+	for _, m := range members {
+		pids = append(pids, m.PID)
+	}
+	return pids
 }
