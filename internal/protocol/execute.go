@@ -344,6 +344,7 @@ func (m *Message) Attach() (string, *Error) {
 // an execution's stdin, and whether they are the last.
 type StdinChunk struct {
 	Execution string
+	Session   string // instead of Execution: keystrokes for a pty session (4.7)
 	Data      []byte
 	EOF       bool
 }
@@ -351,12 +352,19 @@ type StdinChunk struct {
 // Stdin validates m as a stdin message; it does not look at m.Kind. A
 // failure is an *Error of category CatBadRequest that names the field.
 func (m *Message) Stdin() (*StdinChunk, *Error) {
-	name, ok := m.stringField("execution")
-	if !ok || name == "" || len(name) > MaxExecutionName {
-		return nil, newError(CatBadRequest,
-			`stdin: "execution" must be a non-empty string of at most %d bytes: the execution named by a started or executed message`, MaxExecutionName)
+	c := &StdinChunk{}
+	if sess, ok, e := m.sessionField("stdin"); e != nil {
+		return nil, e
+	} else if ok {
+		c.Session = sess
+	} else {
+		name, ok := m.stringField("execution")
+		if !ok || name == "" || len(name) > MaxExecutionName {
+			return nil, newError(CatBadRequest,
+				`stdin: "execution" must be a non-empty string of at most %d bytes: the execution named by a started or executed message`, MaxExecutionName)
+		}
+		c.Execution = name
 	}
-	c := &StdinChunk{Execution: name}
 	encoding := ""
 	if raw, present := m.optional("encoding"); present {
 		encoding, _ = decodeString(raw)

@@ -35,12 +35,12 @@ func reads(k string, i int) bool {
 		return i >= executeFrom && i < executeTo || fieldNames[i] == "pty" || readsSessionExecute(i)
 	case k == "resize":
 		return readsResize(i)
-	case k == "open", k == "close":
+	case k == "open", k == "close", k == "read":
 		return readsSession(k, i)
 	case k == "attach":
 		return i >= attachFrom && i < attachTo
 	case k == "stdin":
-		return i >= stdinFrom && i < stdinTo
+		return i >= stdinFrom && i < stdinTo || fieldNames[i] == "session"
 	case k == "verify":
 		return i >= verifyFrom && i < verifyTo
 	case k == "put", k == "get":

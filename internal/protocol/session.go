@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 )
 
@@ -32,11 +33,14 @@ func readsSessionExecute(i int) bool {
 // readsSession reports whether an open or a close (k) reads fieldNames[i].
 func readsSession(k string, i int) bool {
 	n := fieldNames[i]
-	if k == "close" {
+	switch k {
+	case "close":
 		return n == "session"
+	case "read":
+		return n == "session" || n == "from" || n == "waitMs" || n == "idleMs"
 	}
 	switch n {
-	case "shell", "user", "cwd", "environment", "credentials", "limits":
+	case "shell", "user", "cwd", "environment", "credentials", "limits", "pty":
 		return true
 	}
 	return false
@@ -91,7 +95,7 @@ func sessionFields(x *Execute) *Error {
 	case x.DetachMs > 0:
 		return badExecute(`"detachMs" cannot be combined with "session": a session outlives its connection by itself`)
 	case x.Stream, x.Stdin:
-		return badExecute(`"stream" and "stdin" are not served for a session without a pty yet: give "input"`)
+		return badExecute(`"stream" and "stdin" are not served for a session's command: give "input" (or, with a pty, read and type)`)
 	case x.Pty != nil:
 		return badExecute(`"pty" of a session is set by open`)
 	case x.Limits != nil:
@@ -118,7 +122,7 @@ func (m *Message) OpenSession() (*Execute, *Error) {
 		}
 		shell = s
 	}
-	for _, f := range []string{"command", "args", "session", "script", "resultToken", "pty"} {
+	for _, f := range []string{"command", "args", "session", "script", "resultToken"} {
 		if _, has := m.optional(f); has {
 			return nil, newError(CatBadRequest, `open: %q is not read by open (a session without a pty runs its shell: %q or %q)`, f, ShellBash, ShellSh)
 		}
@@ -179,4 +183,66 @@ type SessionStatus struct {
 	Busy      bool   `json:"busy"`
 	IdleMs    int64  `json:"idleMs"`
 	StartedMs int64  `json:"startedMs"`
+}
+
+// sessionField reads an optional "session" of a stdin or resize (k).
+func (m *Message) sessionField(k string) (string, bool, *Error) {
+	raw, present := m.optional("session")
+	if !present {
+		return "", false, nil
+	}
+	name, ok := decodeString(raw)
+	if !ok || name == "" || len(name) > MaxSessionName {
+		return "", false, newError(CatBadRequest, `%s: "session" must be a non-empty string of at most %d bytes: the name an opened reply gave`, k, MaxSessionName)
+	}
+	return name, true, nil
+}
+
+// MaxReadWaitMs bounds a read's waitMs and idleMs: a minute.
+const MaxReadWaitMs = 60000
+
+// Read is a validated read of a pty session's screen.
+type Read struct {
+	Session        string
+	From           int64 // offset in the terminal's output; 0 when absent
+	WaitMs, IdleMs int64
+}
+
+// ReadSession validates m as a read request (section 4.7).
+func (m *Message) ReadSession() (*Read, *Error) {
+	name, ok := m.stringField("session")
+	if !ok || name == "" || len(name) > MaxSessionName {
+		return nil, newError(CatBadRequest, `read: "session" must be a non-empty string of at most %d bytes: the name an opened reply gave`, MaxSessionName)
+	}
+	r := &Read{Session: name}
+	for _, f := range []struct {
+		name string
+		into *int64
+		max  int64
+	}{{"from", &r.From, 1<<53 - 1}, {"waitMs", &r.WaitMs, MaxReadWaitMs}, {"idleMs", &r.IdleMs, MaxReadWaitMs}} {
+		raw, present := m.optional(f.name)
+		if !present {
+			continue
+		}
+		v, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+		if jsonKind(raw) != kindNumber || err != nil || v < 0 || v > f.max {
+			return nil, newError(CatBadRequest, `read: %q must be an integer from 0 to %d`, f.name, f.max)
+		}
+		*f.into = v
+	}
+	return r, nil
+}
+
+// Terminal answers a read: what the terminal printed from offset From
+// (or the oldest kept) to Next; Lost counts bytes older than the ring.
+type Terminal struct {
+	Token   string          `json:"token,omitempty"`
+	Kind    string          `json:"kind"` // "terminal"
+	ID      json.RawMessage `json:"id,omitempty"`
+	Session string          `json:"session"`
+	Data    string          `json:"data"`
+	Next    int64           `json:"next"`
+	Lost    int64           `json:"lost,omitempty"`
+	Ended   bool            `json:"ended,omitempty"` // the session is closed: nothing more will come
+	Ignored []string        `json:"ignored,omitempty"`
 }

@@ -347,6 +347,8 @@ func (cn *conn) handle(msg *protocol.Message, perr *protocol.Error) string {
 		cn.open(msg, ignored) // shell sessions (shell.go)
 	case "close":
 		cn.closeSession(msg, ignored)
+	case "read":
+		cn.readScreen(msg, ignored)
 	case "":
 		cn.refuse(msg.ID, ignored, protocol.CatUnknownKind, `message has no "kind": expected `+knownKinds)
 	default:
@@ -357,7 +359,7 @@ func (cn *conn) handle(msg *protocol.Message, perr *protocol.Error) string {
 }
 
 // knownKinds are the kinds a controller may send, for an unknown-kind error.
-const knownKinds = `"ready", "execute", "verify", "attach", "stdin", "resize", "put", "get", "status", "open" or "close"`
+const knownKinds = `"ready", "execute", "verify", "attach", "stdin", "resize", "put", "get", "status", "open", "close" or "read"`
 
 // safeKind bounds a peer-chosen kind before it is echoed or logged.
 func safeKind(k string) string {
@@ -427,6 +429,10 @@ func (cn *conn) stdin(msg *protocol.Message, ignored []string) {
 		cn.refuse(msg.ID, ignored, perr.Category, perr.Message)
 		return
 	}
+	if c.Session != "" {
+		cn.typeInto(msg, ignored, c) // a pty session's keystrokes (shell.go)
+		return
+	}
 	ex := cn.cur
 	switch {
 	case ex != nil && ex.id == c.Execution && ex.in != nil && ex.req.Stdin:
@@ -455,6 +461,10 @@ func (cn *conn) resize(msg *protocol.Message, ignored []string) {
 	r, perr := msg.Resize()
 	if perr != nil {
 		cn.refuse(msg.ID, ignored, perr.Category, perr.Message)
+		return
+	}
+	if r.Session != "" {
+		cn.resizeSession(msg, ignored, r)
 		return
 	}
 	ex := cn.cur

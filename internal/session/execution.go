@@ -432,7 +432,10 @@ func (s *Server) start(ex *execution, out *output, res *protocol.Executed) (*exe
 	if ex.shell != nil {
 		// Commands read from stdin, status on descriptor 3, output routed
 		// to the command that runs (shell.go).
-		spec.Stdout, spec.Stderr, spec.Status = &ex.shell.stdout, &ex.shell.stderr, ex.shell.peer
+		spec.Stdout, spec.Status = &ex.shell.stdout, ex.shell.peer
+		if req.Pty == nil {
+			spec.Stderr = &ex.shell.stderr
+		}
 	}
 	if p := req.Pty; p != nil {
 		// One stream: the terminal's, in stdout and its artifact; the

@@ -60,6 +60,7 @@ type shell struct {
 	subj *exec.Subject // set before up is closed
 
 	stdout, stderr router
+	screen         *screen // with a pty: what the terminal printed, for read; else nil
 
 	final protocol.Executed // the shell's execution's end, once ex.finished is closed
 
@@ -83,8 +84,9 @@ type statusMsg struct {
 // and drops what comes between commands (a background job's output
 // belongs to the command that runs when it comes, or to nobody).
 type router struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu   sync.Mutex
+	w    io.Writer
+	also io.Writer // a pty session's screen, which keeps everything (screen.go)
 }
 
 func (r *router) Write(p []byte) (int, error) {
@@ -92,6 +94,9 @@ func (r *router) Write(p []byte) (int, error) {
 	defer r.mu.Unlock()
 	if r.w != nil {
 		_, _ = r.w.Write(p)
+	}
+	if r.also != nil {
+		_, _ = r.also.Write(p)
 	}
 	return len(p), nil
 }
@@ -154,7 +159,13 @@ func (s *Server) openShell(cn *conn, req *protocol.Execute, shellKind string, us
 	if shellKind == protocol.ShellBash {
 		req.Args = []string{"--noprofile", "--norc"}
 	}
-	req.CaptureStderr, req.OnExit, req.TimeoutMs = true, protocol.OnExitSettle, 0
+	req.CaptureStderr, req.OnExit, req.TimeoutMs = req.Pty == nil, protocol.OnExitSettle, 0
+	if req.Pty != nil {
+		// An interactive shell on the terminal, as a person has it.
+		req.Args = append(req.Args, "-i")
+		sh.screen = newScreen(s.cfg.SessionBuffer)
+		sh.stdout.also = sh.screen
+	}
 	ex := s.startWith(nil, req, nil, user, log.With().Str("session", name).Logger(), sh)
 	select {
 	case <-sh.up:
@@ -187,6 +198,62 @@ func (sh *shell) started(subj *exec.Subject) {
 func (sh *shell) closeChannel() {
 	sh.peer.Close()
 	sh.status.Close()
+	if sh.screen != nil {
+		sh.screen.end()
+	}
+}
+
+// atPrompt reports whether the shell itself is the foreground job of its
+// terminal (no program it started reads the keystrokes).
+func (sh *shell) atPrompt() bool {
+	rc, err := sh.subj.Stdin.SyscallConn()
+	if err != nil {
+		return false
+	}
+	fg := -1
+	_ = rc.Control(func(fd uintptr) {
+		if pg, err := unix.IoctlGetInt(int(fd), unix.TIOCGPGRP); err == nil {
+			fg = pg
+		}
+	})
+	return fg == sh.subj.PID
+}
+
+// backAtPrompt is atPrompt, allowing the shell the moment it takes to
+// take its terminal back from a job that just ended (as lookAfterExit
+// allows a scope).
+func (sh *shell) backAtPrompt() bool {
+	deadline := time.Now().Add(50 * time.Millisecond)
+	for !sh.atPrompt() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return true
+}
+
+// typeable waits, at most limit, until the shell reads its terminal in
+// non-canonical mode (readline's), so that a long command line is not
+// cut at the line discipline's 4 KiB of canonical input.
+func typeable(tty *os.File, limit time.Duration) {
+	rc, err := tty.SyscallConn()
+	if err != nil {
+		return
+	}
+	deadline := time.Now().Add(limit)
+	for {
+		canonical := true
+		_ = rc.Control(func(fd uintptr) {
+			if t, err := unix.IoctlGetTermios(int(fd), unix.TCGETS); err == nil {
+				canonical = t.Lflag&unix.ICANON != 0
+			}
+		})
+		if !canonical || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // lookup returns the open session name, or nil.
@@ -330,6 +397,9 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 		finish()
 		res.Cwd = ""
 	}
+	if sh.screen != nil {
+		typeable(subj.Stdin, cutLimit)
+	}
 	_ = subj.Stdin.SetWriteDeadline(time.Now().Add(s.cfg.TeardownTimeout))
 	if _, err := io.WriteString(subj.Stdin, sh.line(req, nonce)); err != nil {
 		// The shell does not read: the session cannot go on.
@@ -445,6 +515,9 @@ func (sh *shell) line(req *protocol.Execute, nonce string) string {
 	b.WriteString("__relayd_s=")
 	b.WriteString(shQuote(req.Script))
 	in := " </dev/null"
+	if sh.screen != nil {
+		in = "" // on a terminal, the command reads it, as typed
+	}
 	if req.HasInput {
 		b.WriteString("; __relayd_i=")
 		b.WriteString(shQuote(string(req.Input)))
@@ -577,6 +650,10 @@ func (cn *conn) sessionCommand(msg *protocol.Message, req *protocol.Execute, ign
 	case req.HasInput && sh.kind != protocol.ShellBash:
 		cn.refuse(msg.ID, ignored, protocol.CatBadRequest, `execute: "input" needs a bash session`)
 		return
+	case sh.screen != nil && !sh.backAtPrompt():
+		cn.refuse(msg.ID, ignored, protocol.CatBusy,
+			fmt.Sprintf("execute: a program runs in the foreground of session %s's terminal; its command line would be typed into it (read the screen, type to end it)", sh.name))
+		return
 	case !sh.busy.CompareAndSwap(false, true):
 		cn.refuse(msg.ID, ignored, protocol.CatBusy,
 			fmt.Sprintf("execute: session %s runs a command; its commands run one at a time", sh.name))
@@ -587,8 +664,67 @@ func (cn *conn) sessionCommand(msg *protocol.Message, req *protocol.Execute, ign
 		cn.refuse(msg.ID, ignored, protocol.CatShuttingDown, "relayd is shutting down and starts no new execution")
 		return
 	}
-	req.CaptureStderr = true
+	req.CaptureStderr = sh.screen == nil // with a pty, one stream
 	cn.cur, cn.curID, cn.curIgnored = cn.srv.startCommand(cn, sh, req, msg.ID, cn.log), msg.ID, req.Ignored
+}
+
+// readScreen answers a read of a pty session's terminal; it waits in a
+// goroutine of its own, so that the connection serves on meanwhile.
+func (cn *conn) readScreen(msg *protocol.Message, ignored []string) {
+	rq, perr := msg.ReadSession()
+	if perr != nil {
+		cn.refuse(msg.ID, ignored, perr.Category, perr.Message)
+		return
+	}
+	sh := cn.srv.shellNamed(rq.Session)
+	switch {
+	case sh == nil:
+		cn.refuse(msg.ID, ignored, protocol.CatNotFound, `read: no open session has that name ("session", from an opened reply)`)
+		return
+	case sh.screen == nil:
+		cn.refuse(msg.ID, ignored, protocol.CatBadRequest, `read: session `+sh.name+` has no terminal: open it with "pty" to read its screen`)
+		return
+	}
+	id := msg.ID
+	go func() {
+		data, next, lost, ended := sh.screen.read(rq)
+		cn.write(protocol.Terminal{Token: cn.token(), Kind: "terminal", ID: id, Session: sh.name, Data: terminalText(data),
+			Next: next, Lost: lost, Ended: ended, Ignored: ignored})
+	}()
+}
+
+// typeInto types keystrokes into a pty session's terminal (a stdin with
+// session), bounded by --write-timeout.
+func (cn *conn) typeInto(msg *protocol.Message, ignored []string, c *protocol.StdinChunk) {
+	sh := cn.srv.shellNamed(c.Session)
+	switch {
+	case sh == nil:
+		cn.refuse(msg.ID, ignored, protocol.CatNotFound, `stdin: no open session has that name ("session", from an opened reply)`)
+		return
+	case sh.screen == nil:
+		cn.refuse(msg.ID, ignored, protocol.CatBadRequest, `stdin: session `+sh.name+` has no terminal: give a command's "input" instead`)
+		return
+	}
+	if len(c.Data) == 0 {
+		return
+	}
+	_ = sh.subj.Stdin.SetWriteDeadline(time.Now().Add(cn.srv.cfg.WriteTimeout))
+	if _, err := sh.subj.Stdin.Write(c.Data); err != nil {
+		cn.refuse(msg.ID, ignored, protocol.CatBusy, "stdin: the session's terminal did not take the keystrokes: "+err.Error())
+	}
+}
+
+// resizeSession resizes a pty session's terminal.
+func (cn *conn) resizeSession(msg *protocol.Message, ignored []string, r *protocol.Resize) {
+	sh := cn.srv.shellNamed(r.Session)
+	switch {
+	case sh == nil:
+		cn.refuse(msg.ID, ignored, protocol.CatNotFound, `resize: no open session has that name ("session", from an opened reply)`)
+	case sh.screen == nil:
+		cn.refuse(msg.ID, ignored, protocol.CatBadRequest, `resize: session `+sh.name+` has no terminal`)
+	default:
+		sh.ex.resize(r.Rows, r.Cols)
+	}
 }
 
 // sessionScopes are the scopes of the open sessions, which a trial
