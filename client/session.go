@@ -19,6 +19,7 @@ const (
 
 // SessionOptions configure OpenSession. Every field may be left zero.
 type SessionOptions struct {
+	Pty         *Pty              // a terminal: the shell is bash -i on it, read as a screen (Session.Read)
 	Shell       string            // "bash" (relayd's default) or "sh"
 	User        string            // whom the shell runs as
 	Cwd         string            // its first directory; relative to the workspace
@@ -72,6 +73,9 @@ func (c *Conn) OpenSession(ctx context.Context, o SessionOptions) (*Session, err
 	}
 	if len(o.Limits) > 0 {
 		msg["limits"] = o.Limits
+	}
+	if p := o.Pty; p != nil {
+		msg["pty"] = &ptyWire{Rows: p.Rows, Cols: p.Cols, Term: p.Term}
 	}
 	var r struct {
 		Session string `json:"session"`
@@ -130,4 +134,49 @@ func (s *Session) Close(ctx context.Context) (Closed, error) {
 	err := s.c.roundTrip(ctx, map[string]any{"kind": kindClose, "session": s.Name},
 		&call{want: kindClosed, into: &r}, s.c.cfg.bound(s.c.cfg.ReplyTimeout+s.c.cfg.TeardownTimeout+settleSlack))
 	return r, err
+}
+
+// Terminal is what a pty session's terminal printed (Session.Read).
+type Terminal struct {
+	Data  string `json:"data"`
+	Next  int64  `json:"next"`           // the offset to read from next
+	Lost  int64  `json:"lost,omitempty"` // bytes before Data that the ring no longer held
+	Ended bool   `json:"ended,omitempty"`
+}
+
+// Read returns what the session's terminal printed from offset from on
+// (protocol 4.7), waiting up to wait for something new when nothing is
+// there, and returning once nothing new came for idle (0: at once). Only
+// a session opened with a pty has a terminal. Read may be called from
+// any goroutine, while Run waits too.
+func (s *Session) Read(ctx context.Context, from int64, wait, idle time.Duration) (Terminal, error) {
+	var t Terminal
+	msg := map[string]any{"kind": "read", "session": s.Name, "from": from}
+	if wait > 0 {
+		msg["waitMs"] = millis(wait)
+	}
+	if idle > 0 {
+		msg["idleMs"] = millis(idle)
+	}
+	err := s.c.roundTrip(ctx, msg, &call{want: "terminal", into: &t}, s.c.cfg.bound(s.c.cfg.ReplyTimeout+2*time.Minute))
+	return t, err
+}
+
+// Write types keys into the session's terminal. relayd answers only a
+// refusal, which is logged as a refused resize is (Dialer.Log).
+func (s *Session) Write(keys []byte) error {
+	in, enc := inputField(keys)
+	m := map[string]any{"token": s.c.token, "kind": "stdin", "id": resizeID, "session": s.Name, "data": in}
+	if enc != "" {
+		m["encoding"] = enc
+	}
+	return s.c.writeLoose(m)
+}
+
+// Resize sets the size of the session's terminal.
+func (s *Session) Resize(rows, cols int) error {
+	if rows < 1 || rows > 1000 || cols < 1 || cols > 1000 {
+		return &Error{Category: ErrBadRequest.Category, Message: "client: Resize: rows and cols must be from 1 to 1000"}
+	}
+	return s.c.writeLoose(map[string]any{"token": s.c.token, "kind": kindResize, "id": resizeID, "session": s.Name, "rows": rows, "cols": cols})
 }

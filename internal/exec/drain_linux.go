@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -26,6 +27,7 @@ type drain struct {
 	eof     chan struct{} // closed when the pipe is at EOF and closed
 	reads   int           // reads made, for tests (read after eof)
 
+	bytes   atomic.Int64  // delivered so far (Subject.Flush on a terminal)
 	flushMu sync.Mutex    // one flush at a time
 	pendMu  sync.Mutex    // guards pend
 	pend    chan struct{} // a flush waiting: closed by run once what was waiting is delivered
@@ -105,6 +107,7 @@ func (d *drain) run() {
 }
 
 func (d *drain) deliver(p []byte) {
+	d.bytes.Add(int64(len(p)))
 	if d.capture != nil {
 		d.capture.Write(p) // captures never fail
 	}

@@ -113,6 +113,23 @@ func (s *Subject) CutStdout(limit time.Duration) {
 func (s *Subject) Flush(limit time.Duration) {
 	deadline := time.Now().Add(limit)
 	s.stdout.flush(time.Until(deadline))
+	if s.tty != nil {
+		// A terminal's bytes reach the master through the kernel's flip
+		// buffer a moment late, where no ioctl counts them: they are
+		// waited for until a tenth of ptySettle passes without any.
+		quiet, last := ptySettle/10, s.stdout.bytes.Load()
+		for end := time.Now().Add(min(ptySettle, time.Until(deadline))); time.Now().Before(end); {
+			time.Sleep(quiet / 5)
+			s.stdout.flush(time.Until(deadline))
+			if n := s.stdout.bytes.Load(); n != last {
+				last, end = n, time.Now().Add(min(quiet, time.Until(deadline)))
+				continue
+			}
+			if time.Until(end) > quiet {
+				end = time.Now().Add(quiet)
+			}
+		}
+	}
 	if s.stderr != nil {
 		s.stderr.flush(time.Until(deadline))
 	}

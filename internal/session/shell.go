@@ -318,6 +318,14 @@ func senderPID(oob []byte) int {
 func (s *Server) serveShell(ex *execution, subj *exec.Subject) (exec.Status, bool, string) {
 	sh := ex.shell
 	go sh.readStatus(subj.PID, ex.log)
+	if sh.screen != nil {
+		// Readers learn the end as soon as the shell is gone or going,
+		// not once the rest of its scope is settled.
+		defer func() {
+			subj.Flush(cutLimit)
+			sh.screen.end()
+		}()
+	}
 	idle := time.NewTimer(s.cfg.SessionIdle)
 	defer idle.Stop()
 	var reason string
