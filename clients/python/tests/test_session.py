@@ -39,6 +39,32 @@ class SessionTest(RelaydTest):
             with self.assertRaises(NotFoundError):
                 sh.run("true")
 
+    def test_pty_session(self) -> None:
+        d = self.relayd()
+        with Client(d.addr, d.token) as c, c.session(pty=(24, 80)) as sh:
+            seen, at = "", 0
+
+            def until(want: str) -> None:
+                nonlocal seen, at
+                for _ in range(50):
+                    if want in seen:
+                        return
+                    t = sh.read(at, wait_ms=500)
+                    seen += t["data"]
+                    at = t["next"]
+                self.fail(f"the terminal did not show {want!r}: {seen!r}")
+
+            sh.write("python3 -q\r")
+            until(">>> ")
+            sh.write("print(6 * 7)\r")
+            until("42")
+            sh.write("exit()\r")
+            until("bash-")
+            sh.resize(30, 90)
+            r = sh.run("stty size")
+            self.assertEqual(r.exit_code, 0, r)
+            self.assertIn("30 90", r.stdout)
+
     def test_async_session(self) -> None:
         d = self.relayd()
 

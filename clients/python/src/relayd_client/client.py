@@ -347,7 +347,8 @@ class Client:
 
     def session(self, *, shell: Optional[str] = None, user: Optional[str] = None, cwd: Optional[str] = None,
                 environment: Optional[Mapping[str, str]] = None, credentials: Optional[Mapping[str, str]] = None,
-                limits: Optional[Mapping[str, int]] = None, timeout: Optional[float] = None) -> "Session":
+                limits: Optional[Mapping[str, int]] = None, pty: Optional[Tuple[int, int]] = None,
+                timeout: Optional[float] = None) -> "Session":
         """Open a shell session (protocol 4.7): a shell (``bash``, or
         ``shell="sh"``) whose directory, variables, functions and
         background jobs last from one command to the next::
@@ -357,8 +358,12 @@ class Client:
                 r = sh.run("pytest -x", timeout_ms=600000)
 
         Leaving the ``with`` closes it (its processes settled). BusyError
-        when relayd has --max-sessions open."""
+        when relayd has --max-sessions open. ``pty=(rows, cols)`` runs an
+        interactive shell on a terminal: write() types into it, read()
+        returns what it printed, resize() changes its size."""
         msg = _wire.open_message(shell, user, cwd, environment, credentials, limits)
+        if pty is not None:
+            msg["pty"] = {"rows": pty[0], "cols": pty[1]}
         r = self._call(msg, "opened", self._wait(timeout), raw=True)
         assert isinstance(r, dict)
         return Session(self, str(r.get("session", "")), str(r.get("shell", "")), str(r.get("cwd", "")))
@@ -746,6 +751,38 @@ class Session:
         if r.cwd:
             self.cwd = r.cwd
         return r
+
+    def write(self, keys: Union[str, bytes]) -> None:
+        """Type ``keys`` into a pty session's terminal (``"\\x03"`` is
+        Ctrl-C). relayd answers only a refusal, raised by the next call."""
+        msg = _wire.run_message(self.name, "", None, keys, None)
+        line = _wire.encode({"token": self.client._token, "kind": "stdin", "session": self.name,
+                             "data": msg["input"], **({"encoding": "base64"} if "inputEncoding" in msg else {})})
+        self.client._send(line)
+
+    def read(self, from_: int = 0, *, wait_ms: Optional[int] = None, idle_ms: Optional[int] = None,
+             timeout: Optional[float] = None) -> Dict[str, Any]:
+        """What a pty session's terminal printed from offset ``from_`` on:
+        relayd's terminal reply (``data``, ``next`` to read from next,
+        ``lost`` when the ring no longer held the start, ``ended``). It
+        waits up to ``wait_ms`` for something new, and until nothing new
+        came for ``idle_ms``."""
+        msg: Dict[str, Any] = {"kind": "read", "session": self.name, "from": from_}
+        if wait_ms is not None:
+            msg["waitMs"] = wait_ms
+        if idle_ms is not None:
+            msg["idleMs"] = idle_ms
+        wait = timeout if timeout is not None else self.client.reply_timeout + 120.0
+        r = self.client._call(msg, "terminal", wait, raw=True)
+        assert isinstance(r, dict)
+        return r
+
+    def resize(self, rows: int, cols: int) -> None:
+        """Resize a pty session's terminal."""
+        if not (1 <= rows <= 1000 and 1 <= cols <= 1000):
+            raise ValueError("resize: rows and cols must be from 1 to 1000")
+        self.client._send(_wire.encode({"token": self.client._token, "kind": "resize", "session": self.name,
+                                        "rows": rows, "cols": cols}))
 
     def close(self, *, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Settle the whole session and return relayd's closed reply
