@@ -299,3 +299,35 @@ func TestSessionIdleTimeout(t *testing.T) {
 		}
 	})
 }
+
+// TestSessionBadRequests: what a session cannot do is a clear error,
+// never a hang, and the session serves on.
+func TestSessionBadRequests(t *testing.T) {
+	d := startRelayd(t, opts{})
+	cl := d.connect()
+	name := openSession(t, cl, nil)
+	for _, c := range []struct {
+		m        msg
+		category string
+		says     string
+	}{
+		{msg{"kind": "open", "shell": "zsh"}, "bad-request", `"shell"`},
+		{msg{"kind": "open", "command": "/bin/sh"}, "bad-request", `"command"`},
+		{msg{"kind": "execute", "session": name}, "bad-request", `"script"`},
+		{msg{"kind": "execute", "session": name, "script": "true", "command": "true"}, "bad-request", `"command"`},
+		{msg{"kind": "execute", "script": "true"}, "bad-request", `"session"`},
+		{msg{"kind": "execute", "session": name, "script": "true", "environment": msg{"A": "1"}}, "bad-request", "open"},
+		{msg{"kind": "execute", "session": "s-999", "script": "true"}, "not-found", "session"},
+		{msg{"kind": "close", "session": "s-999"}, "not-found", "session"},
+		{msg{"kind": "read", "session": name}, "bad-request", "no terminal"},
+		{msg{"kind": "read", "session": name, "waitMs": -1}, "bad-request", `"waitMs"`},
+		{msg{"kind": "stdin", "session": name, "data": "x"}, "bad-request", "no terminal"},
+	} {
+		r := cl.request(c.m)
+		e, _ := r["error"].(map[string]any)
+		if r["kind"] != "error" || e["category"] != c.category || !strings.Contains(fmt.Sprint(e["message"]), c.says) {
+			t.Errorf("%v: got %v; want a %s error that says %s", c.m, r, c.category, c.says)
+		}
+	}
+	wantOut(t, cl.run(name, "echo fine", nil), "fine\n", "")
+}
