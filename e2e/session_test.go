@@ -331,3 +331,17 @@ func TestSessionBadRequests(t *testing.T) {
 	}
 	wantOut(t, cl.run(name, "echo fine", nil), "fine\n", "")
 }
+
+// TestSessionPosixSh: a session of POSIX sh (dash here) keeps its state,
+// and a syntax error is 2 with the shell alive, as with bash.
+func TestSessionPosixSh(t *testing.T) {
+	d := startRelayd(t, opts{})
+	cl := d.connect()
+	name := openSession(t, cl, msg{"shell": "sh"})
+	wantExit(t, cl.run(name, "cd /tmp; V=7; g() { echo \"g$V\"; }", nil), "exited", 0)
+	wantExit(t, cl.run(name, "if then", nil), "exited", 2)
+	wantExit(t, cl.run(name, "echo 'open", nil), "exited", 2)
+	r := cl.run(name, "g; pwd; (exit 5)", nil)
+	wantExit(t, r, "exited", 5)
+	wantOut(t, r, "g7\n/tmp\n", "")
+}

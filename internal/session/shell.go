@@ -531,11 +531,13 @@ func (sh *shell) line(req *protocol.Execute, nonce string) string {
 		b.WriteString(shQuote(string(req.Input)))
 		in = ` < <(printf %s "$__relayd_i")`
 	}
-	printf := "builtin printf"
+	eval, printf := "eval", "builtin printf"
 	if sh.kind != protocol.ShellBash {
-		printf = "printf"
+		// POSIX sh exits on a syntax error in eval, a special builtin;
+		// command keeps it from exiting (dash: status 2, state kept).
+		eval, printf = "command eval", "printf"
 	}
-	fmt.Fprintf(&b, "; { eval \"$__relayd_s\"; }%s 3>&-; %s '%s %%d\\n' \"$?\" >&3\n", in, printf, nonce)
+	fmt.Fprintf(&b, "; { %s \"$__relayd_s\"; }%s 3>&-; %s '%s %%d\\n' \"$?\" >&3\n", eval, in, printf, nonce)
 	return b.String()
 }
 
