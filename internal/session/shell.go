@@ -64,6 +64,12 @@ type shell struct {
 
 	final protocol.Executed // the shell's execution's end, once ex.finished is closed
 
+	// last is the closing look of the last command that ended by itself,
+	// the next one's view of what was there before it (lastOK); only the
+	// shell's loop touches them.
+	last   []exec.Member
+	lastOK bool
+
 	// keepRest: a trial boundary kept processes of the session, so what
 	// remains when the shell exits is left alone, not settled.
 	keepRest atomic.Bool
@@ -375,9 +381,16 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 	}()
 	scope := subj.Scope
 	shellM := exec.Member{PID: subj.PID, Start: subj.Start}
-	before, err := lookAfterExit(scope)
-	if err != nil {
-		before = nil // every process but the shell then counts as the command's
+	// What is in the scope when the command begins: the last command's
+	// closing look, when it had one (nothing runs in between but what
+	// was there, whose children are not the command's), else a look now.
+	before, fresh := sh.last, sh.lastOK
+	sh.last, sh.lastOK = nil, false
+	if !fresh {
+		var err error
+		if before, err = lookAfterExit(scope); err != nil {
+			before = nil // every process but the shell then counts as the command's
+		}
 	}
 	nonce := newNonce()
 	out := newOutput(req, s.cfg.MaxStdoutBytes, s.cfg.MaxStderrBytes)
@@ -431,7 +444,7 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 			}
 			res.ExitCode = m.code
 			finish()
-			s.commandSurvivors(c, scope, before, shellM, &res)
+			sh.last, sh.lastOK = s.commandSurvivors(c, scope, before, shellM, &res)
 			return res, st, false, ""
 		case st = <-subj.Exited():
 			ended(st)
@@ -485,18 +498,23 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 }
 
 // commandSurvivors lists the processes the command started that still run.
-func (s *Server) commandSurvivors(c *command, scope exec.Scope, before []exec.Member, shellM exec.Member, res *protocol.Executed) {
+// It returns the look it made (all members), and whether it was complete.
+func (s *Server) commandSurvivors(c *command, scope exec.Scope, before []exec.Member, shellM exec.Member, res *protocol.Executed) ([]exec.Member, bool) {
 	part := newCommandPart(scope, before, shellM)
 	defer part.close()
-	members, err := part.Members()
+	all, err := scope.Members()
 	if err != nil {
 		c.ex.log.Warn().Err(err).Msg("could not look for the command's survivors")
-		return
+		return nil, false
 	}
+	part.mu.Lock()
+	members := part.sort(all)
+	part.mu.Unlock()
 	res.Survivors, res.SurvivorsOmitted = describe(members, shellM.PID)
 	for i := range res.Survivors {
 		res.Survivors[i].Execution = c.ex.id
 	}
+	return all, true
 }
 
 // newCommandPart is the part of a session's scope that is one command's:
