@@ -345,3 +345,29 @@ func TestSessionPosixSh(t *testing.T) {
 	wantExit(t, r, "exited", 5)
 	wantOut(t, r, "g7\n/tmp\n", "")
 }
+
+// TestSessionCommandOutlivesNoConnection: a command whose connection is
+// lost is ended as at its deadline (rule 6.4), and the session, opened
+// elsewhere, serves on.
+func TestSessionCommandOutlivesNoConnection(t *testing.T) {
+	eachScope(t, func(t *testing.T, mech string) {
+		d := startRelayd(t, opts{scope: mech})
+		cl := d.connect()
+		dir := t.TempDir()
+		name := openSession(t, cl, msg{"cwd": dir})
+		lost := d.connect()
+		lost.send(msg{"kind": "execute", "session": name, "script": "echo $$ > shell.pid; sleep 1000 & echo $! > sleep.pid; wait"})
+		sleeper := readPid(t, filepath.Join(dir, "sleep.pid"))
+		shell := readPid(t, filepath.Join(dir, "shell.pid"))
+		lost.c.Close()
+		waitFor(t, 10*time.Second, "the lost connection's command to be settled", func() bool { return !alive(sleeper) })
+		var r msg
+		waitFor(t, 10*time.Second, "the session to take a command", func() bool {
+			r = cl.request(msg{"kind": "execute", "session": name, "script": "echo $$"})
+			return r["kind"] == "executed"
+		})
+		if r["stdout"] != strconv.Itoa(shell)+"\n" {
+			t.Fatalf("after the lost connection: %v; want the same shell %d", r, shell)
+		}
+	})
+}

@@ -117,7 +117,7 @@ func (r *router) to(w io.Writer) {
 type sessionErr struct{ category, message string }
 
 // openShell starts a session's shell; its opened reply is the caller's.
-func (s *Server) openShell(cn *conn, req *protocol.Execute, shellKind string, user *env.User, log zerolog.Logger) (*shell, *sessionErr) {
+func (s *Server) openShell(req *protocol.Execute, shellKind string, user *env.User, log zerolog.Logger) (*shell, *sessionErr) {
 	s.mu.Lock()
 	if len(s.shells) >= s.cfg.MaxSessions {
 		n := len(s.shells)
@@ -262,7 +262,7 @@ func typeable(tty *os.File, limit time.Duration) {
 	}
 }
 
-// lookup returns the open session name, or nil.
+// shellNamed returns the open session name, or nil.
 func (s *Server) shellNamed(name string) *shell {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -633,7 +633,7 @@ func (cn *conn) open(msg *protocol.Message, ignored []string) {
 		cn.refuse(msg.ID, ignored, protocol.CatBadRequest, strings.Replace(detail, "execute: ", "open: ", 1))
 		return
 	}
-	sh, serr := cn.srv.openShell(cn, req, shellKind, user, cn.log)
+	sh, serr := cn.srv.openShell(req, shellKind, user, cn.log)
 	if serr != nil {
 		cn.refuse(msg.ID, ignored, serr.category, serr.message)
 		return
