@@ -371,3 +371,35 @@ func TestSessionCommandOutlivesNoConnection(t *testing.T) {
 		}
 	})
 }
+
+// TestSessionLimitHoldsUnderConcurrentOpens: --max-sessions holds when
+// many opens race, each on a connection of its own.
+func TestSessionLimitHoldsUnderConcurrentOpens(t *testing.T) {
+	d := startRelayd(t, opts{args: []string{"--max-sessions", "2"}})
+	const n = 8
+	conns := make([]*client, n)
+	for i := range conns {
+		conns[i] = d.connect()
+	}
+	results := make(chan msg, n)
+	for _, cl := range conns {
+		cl.send(msg{"kind": "open"})
+	}
+	for _, cl := range conns {
+		results <- cl.read(30 * time.Second)
+	}
+	opened := 0
+	for i := 0; i < n; i++ {
+		r := <-results
+		switch {
+		case r["kind"] == "opened":
+			opened++
+		case r["kind"] == "error" && strings.Contains(fmt.Sprint(r["error"]), "--max-sessions"):
+		default:
+			t.Fatalf("a racing open: %v", r)
+		}
+	}
+	if opened != 2 {
+		t.Fatalf("%d of %d racing opens were opened; want --max-sessions 2", opened, n)
+	}
+}

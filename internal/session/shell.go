@@ -118,6 +118,9 @@ type sessionErr struct{ category, message string }
 
 // openShell starts a session's shell; its opened reply is the caller's.
 func (s *Server) openShell(req *protocol.Execute, shellKind string, user *env.User, log zerolog.Logger) (*shell, *sessionErr) {
+	// The session counts from now on, starting or not, so that no two
+	// opens pass --max-sessions; it is named once it runs (shellNamed).
+	sh := &shell{kind: shellKind, began: time.Now(), msgs: make(chan statusMsg, 8), cmds: make(chan *command), up: make(chan struct{})}
 	s.mu.Lock()
 	if len(s.shells) >= s.cfg.MaxSessions {
 		n := len(s.shells)
@@ -125,9 +128,15 @@ func (s *Server) openShell(req *protocol.Execute, shellKind string, user *env.Us
 		return nil, &sessionErr{protocol.CatBusy, fmt.Sprintf("open: %d sessions are open, the most --max-sessions allows; close one first", n)}
 	}
 	s.shellSeq++
-	name := "s-" + strconv.FormatUint(s.shellSeq, 10)
+	sh.name = "s-" + strconv.FormatUint(s.shellSeq, 10)
+	name := sh.name
+	if s.shells == nil {
+		s.shells = map[string]*shell{}
+	}
+	s.shells[name] = sh
 	s.mu.Unlock()
 	if !s.admit() {
+		s.dropShell(sh)
 		return nil, &sessionErr{protocol.CatShuttingDown, "relayd is shutting down and opens no session"}
 	}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
@@ -154,11 +163,10 @@ func (s *Server) openShell(req *protocol.Execute, shellKind string, user *env.Us
 	}
 	if err != nil {
 		s.ended()
+		s.dropShell(sh)
 		return nil, &sessionErr{protocol.CatBusy, "open: the session's status channel could not be made: " + err.Error()}
 	}
-	sh := &shell{name: name, kind: shellKind, began: time.Now(),
-		peer: os.NewFile(uintptr(pair[1]), "session-status-shell"), status: sc,
-		msgs: make(chan statusMsg, 8), cmds: make(chan *command), up: make(chan struct{})}
+	sh.peer, sh.status = os.NewFile(uintptr(pair[1]), "session-status-shell"), sc
 	sh.used.Store(time.Now().UnixNano())
 	req.Command = shellKind
 	req.Args = nil
@@ -184,13 +192,17 @@ func (s *Server) openShell(req *protocol.Execute, shellKind string, user *env.Us
 		}
 		return nil, &sessionErr{protocol.CatBadRequest, fmt.Sprintf("open: the shell could not be started (%d): %s", res.ExitCode, detail)}
 	}
-	s.mu.Lock()
-	if s.shells == nil {
-		s.shells = map[string]*shell{}
-	}
-	s.shells[name] = sh
-	s.mu.Unlock()
 	return sh, nil
+}
+
+// running reports whether the session's shell has started (subj is set).
+func (sh *shell) running() bool {
+	select {
+	case <-sh.up:
+		return true
+	default:
+		return false
+	}
 }
 
 // started is called by Server.start once the shell runs.
@@ -265,8 +277,12 @@ func typeable(tty *os.File, limit time.Duration) {
 // shellNamed returns the open session name, or nil.
 func (s *Server) shellNamed(name string) *shell {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.shells[name]
+	sh := s.shells[name]
+	s.mu.Unlock()
+	if sh == nil || !sh.running() {
+		return nil
+	}
+	return sh
 }
 
 // dropShell forgets a session whose shell's execution is ending.
@@ -604,7 +620,9 @@ func (s *Server) sessionStatus(now time.Time) []protocol.SessionStatus {
 	s.mu.Lock()
 	all := make([]*shell, 0, len(s.shells))
 	for _, sh := range s.shells {
-		all = append(all, sh)
+		if sh.running() {
+			all = append(all, sh)
+		}
 	}
 	s.mu.Unlock()
 	slices.SortFunc(all, func(a, b *shell) int { return compareIDs(a.name, b.name) })
@@ -762,7 +780,9 @@ func (s *Server) sessionScopes() []leftScope {
 	s.mu.Lock()
 	out := make([]leftScope, 0, len(s.shells))
 	for _, sh := range s.shells {
-		out = append(out, leftScope{id: sh.ex.id, scope: sh.subj.Scope, shell: sh})
+		if sh.running() {
+			out = append(out, leftScope{id: sh.ex.id, scope: sh.subj.Scope, shell: sh})
+		}
 	}
 	s.mu.Unlock()
 	slices.SortFunc(out, func(a, b leftScope) int { return compareIDs(a.id, b.id) })
