@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -120,4 +121,26 @@ func TestSessionPty(t *testing.T) {
 			t.Fatalf("close: %v", c)
 		}
 	})
+}
+
+// TestSessionReadsAreBounded: reads that wait are bounded per connection
+// (rule 6.11): one past the bound is busy, and the waiting ones answer.
+func TestSessionReadsAreBounded(t *testing.T) {
+	d := startRelayd(t, opts{})
+	cl := d.connect()
+	name := openSession(t, cl, msg{"pty": msg{"rows": 24, "cols": 80}})
+	r := cl.request(msg{"kind": "read", "session": name, "waitMs": 2000})
+	far := num(t, r, "next") + 1<<40 // nothing will come there
+	for i := 0; i < 4; i++ {
+		cl.send(msg{"kind": "read", "session": name, "from": far, "waitMs": 1000})
+	}
+	e := cl.request(msg{"kind": "read", "session": name, "from": far, "waitMs": 1000})
+	if e["kind"] != "error" || !strings.Contains(fmt.Sprint(e["error"]), "busy") {
+		t.Fatalf("a fifth waiting read: %v; want busy", e)
+	}
+	for i := 0; i < 4; i++ {
+		if r := cl.read(10 * time.Second); r["kind"] != "terminal" {
+			t.Fatalf("a waiting read: %v", r)
+		}
+	}
 }

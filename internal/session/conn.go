@@ -52,9 +52,10 @@ type conn struct {
 	// queue holds less than --max-stdin-buffer: until then the loop does not
 	// read this connection (section 4.6).
 	paused    <-chan struct{}
-	lastStdin string    // the last execution with stdin or a pty that ended here: late stdin and resize messages for it are dropped
-	files     fileState // the put in progress (files.go): execute is busy meanwhile
-	body      *bodyIn   // the raw body of the message being handled, if any (files.go)
+	lastStdin string       // the last execution with stdin or a pty that ended here: late stdin and resize messages for it are dropped
+	files     fileState    // the put in progress (files.go): execute is busy meanwhile
+	reads     atomic.Int32 // reads of a pty session's screen waiting (shell.go)
+	body      *bodyIn      // the raw body of the message being handled, if any (files.go)
 }
 
 // serveConn runs one session to its end and reports whether it ended after

@@ -714,6 +714,10 @@ func (cn *conn) sessionCommand(msg *protocol.Message, req *protocol.Execute, ign
 	cn.cur, cn.curID, cn.curIgnored = cn.srv.startCommand(cn, sh, req, msg.ID, cn.log), msg.ID, req.Ignored
 }
 
+// maxReads bounds the reads that wait at once on one connection, each a
+// goroutine for up to a minute (rule 6.11).
+const maxReads = 4
+
 // readScreen answers a read of a pty session's terminal; it waits in a
 // goroutine of its own, so that the connection serves on meanwhile.
 func (cn *conn) readScreen(msg *protocol.Message, ignored []string) {
@@ -731,8 +735,14 @@ func (cn *conn) readScreen(msg *protocol.Message, ignored []string) {
 		cn.refuse(msg.ID, ignored, protocol.CatBadRequest, `read: session `+sh.name+` has no terminal: open it with "pty" to read its screen`)
 		return
 	}
+	if cn.reads.Add(1) > maxReads {
+		cn.reads.Add(-1)
+		cn.refuse(msg.ID, ignored, protocol.CatBusy, fmt.Sprintf("read: %d reads already wait on this connection; wait for their terminal replies", maxReads))
+		return
+	}
 	id := msg.ID
 	go func() {
+		defer cn.reads.Add(-1)
 		data, next, lost, ended := sh.screen.read(rq)
 		cn.write(protocol.Terminal{Token: cn.token(), Kind: "terminal", ID: id, Session: sh.name, Data: terminalText(data),
 			Next: next, Lost: lost, Ended: ended, Ignored: ignored})
