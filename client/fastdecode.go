@@ -105,6 +105,12 @@ func decodeExecutedFast(line []byte, e *Executed) bool {
 			return into(&d, &out.Cause)
 		case "limit":
 			return into(&d, &out.Limit)
+		case "session":
+			return into(&d, &out.Session)
+		case "cwd":
+			return into(&d, &out.Cwd)
+		case "sessionEnded":
+			return d.intoBool(&out.SessionEnded)
 		}
 		return false
 	})

@@ -184,6 +184,27 @@ func (c *Conn) Resize(execution string, rows, cols int) error {
 	return nil
 }
 
+// writeLoose writes a message relayd answers only when it refuses it
+// (resize, a session's keystrokes): with resizeID, so that a refusal is
+// logged and fails no call.
+func (c *Conn) writeLoose(m any) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.wbuf.Reset()
+	if c.wenc == nil {
+		c.wenc = json.NewEncoder(&c.wbuf)
+	}
+	if err := c.wenc.Encode(m); err != nil {
+		return fmt.Errorf("client: encoding a message: %w", err)
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.ReplyTimeout))
+	if _, err := c.nc.Write(c.wbuf.Bytes()); err != nil {
+		c.fail(fmt.Errorf("%w: writing: %v", ErrConnLost, err))
+		return c.failure()
+	}
+	return nil
+}
+
 // resizeID is the id of every resize message: no call has it (calls count
 // up from 1), so that relayd's refusal of one is told from the errors of
 // the calls that wait.

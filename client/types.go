@@ -284,6 +284,11 @@ type Executed struct {
 	Limit string `json:"limit,omitempty"`
 	// Limits are the limits relayd applied.
 	Limits map[string]uint64 `json:"limits,omitempty"`
+	// A shell session's command (protocol 4.7): the session, the shell's
+	// directory afterwards, and whether the shell is gone.
+	Session      string `json:"session,omitempty"`
+	Cwd          string `json:"cwd,omitempty"`
+	SessionEnded bool   `json:"sessionEnded,omitempty"`
 }
 
 // Duration is the subject's wall time.

@@ -61,6 +61,9 @@ const usage = `relayctl talks to relayd (docs/protocol.md).
   relayctl put [flags] LOCAL REMOTE          store LOCAL (- for stdin) at REMOTE, atomically
                                              (--mode 0755, --user, --parents; -r: a directory)
   relayctl get [flags] REMOTE LOCAL          copy REMOTE to LOCAL (- for stdout); --user; -r
+  relayctl shell [flags]                     a shell session on a terminal (protocol 4.7), attached to
+                                             this one; ctrl-] detaches (--detach-key), --session s-N
+                                             attaches again
   relayctl --version                         print relayctl's version
 
 relayd is reached at --addr HOST:PORT, or with --over 'docker exec -i C
@@ -95,6 +98,8 @@ type options struct {
 	keepPorts       []int         // verify: "keep", what listens on these TCP ports (keep.go)
 	allowNone       bool          // verify: a --keep-port that nothing listens on is no error
 	session         bool          // verify: without "all" (protocol 4.3)
+	sessionName     string        // shell --session: attach to this session
+	detachKey       string        // shell --detach-key
 	input           string        // exec, accept: the command's stdin (execute's "input")
 	stdin           bool          // exec, accept: relayctl's stdin streamed to the command's, after input
 	mode            string        // put: permission bits, octal
@@ -122,7 +127,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	}
 	verb := args[0]
 	switch verb {
-	case "exec", "ready", "verify", "accept", "attach", "status", "survivors", "put", "get":
+	case "exec", "ready", "verify", "accept", "attach", "status", "survivors", "put", "get", "shell":
 	default:
 		fmt.Fprintf(stderr, "relayctl: unknown command %q\n\n%s", verb, usage)
 		return exitFailed
@@ -172,6 +177,12 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		fs.IntSliceVar(&o.keepPorts, "keep-port", nil, "with --settle-survivors: leave alone every survivor listening on this TCP port, and its descendants (repeatable)")
 		fs.BoolVar(&o.allowNone, "allow-none", false, "with --keep-port: draw the boundary even when nothing listens on a port")
 		fs.BoolVar(&o.session, "session", false, "verify this connection's session only (protocol 4.3); a dial-out relayd's session ends")
+	}
+	if verb == "shell" {
+		fs.StringVar(&o.sessionName, "session", "", "attach to this open session (s-N) instead of opening one")
+		fs.StringVar(&o.detachKey, "detach-key", "ctrl-]", "the key that detaches, leaving the session running")
+		fs.StringVar(&o.cwd, "cwd", "", "the new session's first directory (relative: from relayd's workspace)")
+		fs.StringVar(&o.user, "user", "", "run the new session's shell as this user (relayd must be root)")
 	}
 	if verb == "put" || verb == "get" {
 		fs.StringVar(&o.user, "user", "", "read or write the file with this user's rights (name or uid[:group]; default relayd's --subject-user); a new file is its")
@@ -225,7 +236,7 @@ func check(verb string, o options, command []string) error {
 	switch {
 	case verb == "exec" && len(command) == 0:
 		return errors.New("no command: relayctl exec [flags] -- COMMAND ARGS...")
-	case (verb == "ready" || verb == "verify" || verb == "status" || verb == "survivors") && len(command) > 0:
+	case (verb == "ready" || verb == "verify" || verb == "status" || verb == "survivors" || verb == "shell") && len(command) > 0:
 		return fmt.Errorf("takes no command, got %q", command[0])
 	case verb == "attach" && len(command) != 1:
 		return errors.New("wants one execution id: relayctl attach [flags] EXECUTION (relayctl exec --detach prints it)")
@@ -325,6 +336,8 @@ func dispatch(ctx context.Context, verb string, o options, token string, command
 		return boundary(ctx, c, vo, out)
 	case "status", "survivors":
 		return status(ctx, c, verb, out)
+	case "shell":
+		return shell(ctx, c, o, out)
 	case "exec":
 		if o.tty {
 			return executeTTY(ctx, c, o, command, out)

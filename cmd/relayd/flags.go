@@ -31,7 +31,10 @@ type options struct {
 	maxLineBytes    byteSize
 	maxStdoutBytes  byteSize
 	maxStderrBytes  byteSize
-	maxStdinBuffer  byteSize // --max-stdin-buffer: unread input held per execution
+	maxStdinBuffer  byteSize      // --max-stdin-buffer: unread input held per execution
+	maxSessions     int           // --max-sessions: shell sessions open at once (4.7)
+	sessionIdle     time.Duration // --session-idle-timeout: a session unused this long is closed
+	sessionBuffer   byteSize      // --session-buffer: a pty session's screen kept for read
 	artifactsDir    string
 	stateDir        string
 	stateDirGiven   bool     // --state-dir or its twin was set: a directory that cannot be used is an error, not a warning
@@ -69,6 +72,9 @@ func defaultOptions() options {
 		maxStdoutBytes:  1 << 20,
 		maxStderrBytes:  1 << 20,
 		maxStdinBuffer:  4 << 20,
+		maxSessions:     64,
+		sessionIdle:     24 * time.Hour,
+		sessionBuffer:   4 << 20,
 		stateDir:        "/run/relayd",
 		socket:          "/run/relayd/relayd.sock",
 		artifactLimit:   64 << 20,
@@ -113,6 +119,9 @@ func parseFlags(args []string, getenv func(string) string) (options, *pflag.Flag
 	fs.Var(&o.maxLineBytes, "max-line-bytes", "longest accepted message line (e.g. 1MiB, 65536)")
 	fs.Var(&o.maxStdoutBytes, "max-stdout-bytes", "raw-mode stdout returned per execution")
 	fs.Var(&o.maxStderrBytes, "max-stderr-bytes", "stderr returned per execution that asks for it (captureStderr)")
+	fs.IntVar(&o.maxSessions, "max-sessions", o.maxSessions, "shell sessions open at once (open, 4.7); one more open is a busy error")
+	fs.DurationVar(&o.sessionIdle, "session-idle-timeout", o.sessionIdle, "a shell session unused this long is closed (settled)")
+	fs.Var(&o.sessionBuffer, "session-buffer", "terminal output kept per pty session for read (4.7)")
 	fs.Var(&o.maxStdinBuffer, "max-stdin-buffer", "unread input (input, stdin messages) held per execution; past it relayd stops reading that connection until the subject reads")
 	fs.StringVar(&o.artifactsDir, "artifacts-dir", o.artifactsDir, "directory for each execution's complete stdout and stderr")
 	fs.StringVar(&o.stateDir, "state-dir", o.stateDir, "directory where relayd records its running process-group scopes, so that a relayd started after this one is killed settles what it left running")
@@ -192,6 +201,12 @@ func (o options) validate() error {
 		return bad("peer-timeout", "--peer-timeout must be 0 (the kernel's defaults) or at least 1s, got %s: keepalive probes are counted in whole seconds", o.peerTimeout)
 	case o.peerTimeout > maxPeerTimeout:
 		return bad("peer-timeout", "--peer-timeout must be at most %s, got %s", maxPeerTimeout, o.peerTimeout)
+	case o.maxSessions < 1:
+		return bad("max-sessions", "--max-sessions must be at least 1, got %d", o.maxSessions)
+	case o.sessionIdle <= 0:
+		return bad("session-idle-timeout", "--session-idle-timeout must be positive, got %s", o.sessionIdle)
+	case o.sessionBuffer < 1 || o.sessionBuffer > 1<<30:
+		return bad("session-buffer", "--session-buffer must be from 1 to 1GiB, got %d", o.sessionBuffer)
 	case o.maxConnections < 1:
 		return bad("max-connections", "--max-connections must be at least 1, got %d", o.maxConnections)
 	case o.maxLineBytes > 1<<30:

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -25,6 +26,11 @@ type drain struct {
 	endOnce sync.Once
 	eof     chan struct{} // closed when the pipe is at EOF and closed
 	reads   int           // reads made, for tests (read after eof)
+
+	bytes   atomic.Int64  // delivered so far (Subject.Flush on a terminal)
+	flushMu sync.Mutex    // one flush at a time
+	pendMu  sync.Mutex    // guards pend
+	pend    chan struct{} // a flush waiting: closed by run once what was waiting is delivered
 }
 
 func newDrain(f *os.File, capture io.Writer, copy io.WriteCloser) *drain {
@@ -85,6 +91,9 @@ func (d *drain) run() {
 		switch {
 		case err == nil:
 		case errors.Is(err, os.ErrDeadlineExceeded):
+			if d.finishFlush(buf) {
+				break
+			}
 			d.finishCut(buf)
 			_ = d.f.SetReadDeadline(time.Time{})
 		default: // EOF, or the pipe failed: nothing more will come
@@ -98,6 +107,7 @@ func (d *drain) run() {
 }
 
 func (d *drain) deliver(p []byte) {
+	d.bytes.Add(int64(len(p)))
 	if d.capture != nil {
 		d.capture.Write(p) // captures never fail
 	}
@@ -138,6 +148,82 @@ func (d *drain) finishCut(buf []byte) {
 		})
 	}
 	d.endCapture()
+}
+
+// finishFlush answers a flush (Subject.Flush): what is waiting in the
+// pipe now is delivered, and the drain reads on. It reports false when no
+// flush was asked for, or a cut was (which then goes first).
+func (d *drain) finishFlush(buf []byte) bool {
+	select {
+	case <-d.cutReq:
+		return false
+	default:
+	}
+	d.pendMu.Lock()
+	done := d.pend
+	d.pend = nil
+	d.pendMu.Unlock()
+	if done == nil {
+		return false
+	}
+	d.readWaiting(buf)
+	_ = d.f.SetReadDeadline(time.Time{})
+	select {
+	case <-d.cutReq: // a cut asked meanwhile: its deadline was just undone
+		_ = d.f.SetReadDeadline(time.Unix(1, 0))
+	default:
+	}
+	close(done)
+	return true
+}
+
+// readWaiting delivers what is waiting in the pipe, without waiting for more.
+func (d *drain) readWaiting(buf []byte) {
+	rc, err := d.f.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Control(func(fd uintptr) {
+		pending, err := unix.IoctlGetInt(int(fd), unix.TIOCINQ)
+		if err != nil {
+			return
+		}
+		for pending > 0 {
+			n, err := unix.Read(int(fd), buf[:min(pending, len(buf))])
+			if n <= 0 || err != nil {
+				return
+			}
+			d.deliver(buf[:n])
+			pending -= n
+		}
+	})
+}
+
+// flush waits at most limit for what is waiting in the pipe now to be
+// delivered, reading on after it.
+func (d *drain) flush(limit time.Duration) {
+	d.flushMu.Lock()
+	defer d.flushMu.Unlock()
+	select {
+	case <-d.eof:
+		return
+	case <-d.cutDone:
+		return
+	default:
+	}
+	done := make(chan struct{})
+	d.pendMu.Lock()
+	d.pend = done
+	d.pendMu.Unlock()
+	_ = d.f.SetReadDeadline(time.Unix(1, 0))
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-d.eof:
+	case <-d.cutDone:
+	case <-t.C:
+	}
 }
 
 func (d *drain) endCapture() {

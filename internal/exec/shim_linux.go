@@ -414,6 +414,16 @@ func (p *shimProc) start(body []byte, fds []int) {
 		}
 		p.dropped = true
 	}
+	// The subject's own descriptors: 0, 1, 2 and, for a shell session, its
+	// status channel as 3 (protocol 4.7); the cgroup's come after them.
+	subject, cg := fds[:3], fds[3:]
+	if req.Status {
+		if len(fds) < 4 {
+			p.reply(shimReply{Seq: req.Seq, Err: "malformed start request", Stage: "scope"})
+			return
+		}
+		subject, cg = fds[:4], fds[4:]
+	}
 	pidfd := -1
 	sys := &syscall.SysProcAttr{Setsid: true, PidFD: &pidfd}
 	if req.Tty {
@@ -427,23 +437,23 @@ func (p *shimProc) start(body []byte, fds []int) {
 	back := -1
 	switch req.Cgroup {
 	case cgroupClone3:
-		if len(fds) < 4 {
+		if len(cg) < 1 {
 			p.reply(shimReply{Seq: req.Seq, Err: "no cgroup leaf", Stage: "scope"})
 			return
 		}
-		sys.UseCgroupFD, sys.CgroupFD = true, fds[3]
+		sys.UseCgroupFD, sys.CgroupFD = true, cg[0]
 	case cgroupMigrate:
-		if len(fds) < 5 {
+		if len(cg) < 2 {
 			p.reply(shimReply{Seq: req.Seq, Err: "no cgroup leaf", Stage: "scope"})
 			return
 		}
 		// The shim moves into the leaf, so that its child is born there,
 		// and back right after the fork.
-		if _, err := unix.Write(fds[3], []byte("0")); err != nil {
+		if _, err := unix.Write(cg[0], []byte("0")); err != nil {
 			p.reply(shimReply{Seq: req.Seq, Err: "cannot enter the cgroup leaf: " + err.Error(), Errno: errnoOf(err), Stage: "scope"})
 			return
 		}
-		back = fds[4]
+		back = cg[1]
 	}
 	// The subject's umask is the shim's at the fork: syscall.SysProcAttr
 	// has none to set in the child. The shim creates no file (it opens
@@ -452,9 +462,13 @@ func (p *shimProc) start(body []byte, fds []int) {
 	syscall.Umask(int(req.Umask & 0o777))
 	var pid int
 	var err error
+	files := make([]uintptr, len(subject))
+	for i, fd := range subject {
+		files[i] = uintptr(fd)
+	}
 	restored, lerr := withRlimits(req.Rlimits, func() {
 		pid, err = syscall.ForkExec(req.Path, req.Argv, &syscall.ProcAttr{Dir: req.Dir, Env: req.Env,
-			Files: []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])}, Sys: sys})
+			Files: files, Sys: sys})
 	})
 	if lerr != nil {
 		err = lerr

@@ -74,6 +74,10 @@ type shimStart struct {
 	// terminal in its new session (protocol 4.7).
 	Tty     bool
 	Rlimits []Rlimit // set on the subject before it starts (protocol 4.8)
+	// Status: descriptor 3 of the frame is the subject's descriptor 3, a
+	// shell session's status channel (protocol 4.7, rule 6.13), and the
+	// cgroup's follow it.
+	Status bool
 }
 
 type shimCred struct {

@@ -36,6 +36,11 @@ type Spec struct {
 	Pty *Pty
 	// Rlimits are set on the subject before it starts (protocol 4.8).
 	Rlimits []Rlimit
+	// Status, when not nil, is the subject's descriptor 3: a shell
+	// session's status channel (protocol 4.7), the one descriptor besides
+	// 0, 1 and 2 that rule 6.13 lets a subject hold. The caller keeps and
+	// closes it.
+	Status *os.File
 }
 
 // Subject is a started subject.
@@ -98,6 +103,36 @@ func (s *Subject) CutStdout(limit time.Duration) {
 	s.stderr.startCut()
 	s.stdout.waitCut(time.Until(deadline))
 	s.stderr.waitCut(time.Until(deadline))
+}
+
+// Flush returns once every byte that was waiting in the output pipes
+// (or the terminal) when it was called has been delivered to the
+// captures, or after limit: a shell session's command ends when its
+// status comes, and what it wrote before is then in the pipes (protocol
+// 4.7). The capture goes on.
+func (s *Subject) Flush(limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	s.stdout.flush(time.Until(deadline))
+	if s.tty != nil {
+		// A terminal's bytes reach the master through the kernel's flip
+		// buffer a moment late, where no ioctl counts them: they are
+		// waited for until a tenth of ptySettle passes without any.
+		quiet, last := ptySettle/10, s.stdout.bytes.Load()
+		for end := time.Now().Add(min(ptySettle, time.Until(deadline))); time.Now().Before(end); {
+			time.Sleep(quiet / 5)
+			s.stdout.flush(time.Until(deadline))
+			if n := s.stdout.bytes.Load(); n != last {
+				last, end = n, time.Now().Add(min(quiet, time.Until(deadline)))
+				continue
+			}
+			if time.Until(end) > quiet {
+				end = time.Now().Add(quiet)
+			}
+		}
+	}
+	if s.stderr != nil {
+		s.stderr.flush(time.Until(deadline))
+	}
 }
 
 // OutputClosed is closed once both output pipes reached EOF: no process
@@ -181,7 +216,7 @@ func Start(shims *Shims, scope Scope, spec Spec) (*Subject, error) {
 		closeAll()
 		return nil, &SpawnError{Err: fmt.Errorf("%w: %v", ErrScopeUnavailable, err), Stage: "scope"}
 	}
-	run, pid, start, err := startShimmed(shims, spec, mode, append([]int{stdin, outW, stderr}, cgFDs...))
+	run, pid, start, err := startShimmed(shims, spec, mode, append(subjectFDs(spec, stdin, outW, stderr), cgFDs...))
 	closeFDs(cgFDs)
 	closeFDs(rawClose) // the subject's ends: the shim has its own now
 	if err != nil {
@@ -252,7 +287,7 @@ func startPty(shims *Shims, scope Scope, spec Spec) (*Subject, error) {
 		return fail(&SpawnError{Err: fmt.Errorf("%w: %v", ErrScopeUnavailable, err), Stage: "scope"})
 	}
 	r := int(replica.Fd())
-	run, pid, start, err := startShimmed(shims, spec, mode, append([]int{r, r, r}, cgFDs...))
+	run, pid, start, err := startShimmed(shims, spec, mode, append(subjectFDs(spec, r, r, r), cgFDs...))
 	closeFDs(cgFDs)
 	replica.Close()
 	if err != nil {
@@ -271,6 +306,15 @@ func startPty(shims *Shims, scope Scope, spec Spec) (*Subject, error) {
 	}, nil
 }
 
+// subjectFDs are the descriptors the subject gets, in order from 0: its
+// stdin, stdout and stderr, and a session's status channel (Spec.Status).
+func subjectFDs(spec Spec, stdin, stdout, stderr int) []int {
+	if spec.Status == nil {
+		return []int{stdin, stdout, stderr}
+	}
+	return []int{stdin, stdout, stderr, int(spec.Status.Fd())}
+}
+
 // startShimmed starts spec on a shim with the descriptors fds (stdin,
 // stdout, stderr, then the cgroup's for mode). Its errors are
 // *SpawnError.
@@ -280,7 +324,7 @@ func startShimmed(shims *Shims, spec Spec, mode int, fds []int) (*shimRun, int, 
 	}
 	req := shimStart{Path: spec.Path, Argv: spec.Argv, Env: spec.Env, Dir: spec.Dir, Cgroup: mode,
 		Grace: int64(shims.grace), Timeout: int64(shims.timeout), DropCaps: shims.dropCaps, Umask: uint32(shims.umask), Tty: spec.Pty != nil,
-		Rlimits: spec.Rlimits}
+		Rlimits: spec.Rlimits, Status: spec.Status != nil}
 	if c := spec.Credential; c != nil {
 		req.Cred = &shimCred{UID: c.Uid, GID: c.Gid, Groups: c.Groups}
 	}

@@ -171,6 +171,7 @@ func (m *shimStart) put(e *wireEnc) {
 		e.int(int64(l.Resource))
 		e.uint(l.Value)
 	}
+	e.bool(m.Status)
 }
 
 func (m *shimStart) get(d *wireDec) {
@@ -207,6 +208,7 @@ func (m *shimStart) get(d *wireDec) {
 			m.Rlimits[i] = Rlimit{Resource: int(d.int()), Value: d.uint()}
 		}
 	}
+	m.Status = d.bool()
 }
 
 func (m *shimReq) put(e *wireEnc) {

@@ -117,6 +117,17 @@ func appendExecutedTail(b []byte, e *Executed) ([]byte, error) {
 		b = append(b, `,"limits":`...)
 		b = append(b, l...)
 	}
+	if e.Session != "" {
+		b = append(b, `,"session":`...)
+		b = appendString(b, e.Session)
+	}
+	if e.Cwd != "" {
+		b = append(b, `,"cwd":`...)
+		b = appendString(b, e.Cwd)
+	}
+	if e.SessionEnded {
+		b = append(b, `,"sessionEnded":true`...)
+	}
 	return append(b, '}'), nil
 }
 

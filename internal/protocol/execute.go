@@ -58,6 +58,10 @@ type Execute struct {
 	// Limits are section 4.8's resource limits, by name; nil when absent.
 	Limits Limits
 
+	// Session names the shell session whose shell runs Script (section
+	// 4.7, session.go); "" for an ordinary execute.
+	Session, Script string
+
 	// Ignored names the request's unknown top-level fields, for its
 	// started and executed replies (section 4.6); nil when none.
 	Ignored []string
@@ -109,9 +113,13 @@ func (m *Message) Execute() (*Execute, *Error) {
 	}
 	var ok bool
 
+	// session and script, instead of command (section 4.7, session.go)
+	if e := m.sessionScript(x); e != nil {
+		return nil, e
+	}
 	// command
 	x.Command, ok = m.stringField("command")
-	if !ok || x.Command == "" {
+	if x.Session == "" && (!ok || x.Command == "") {
 		return nil, badExecute(`"command" must be a non-empty string`)
 	}
 	if strings.IndexByte(x.Command, 0) >= 0 {
@@ -220,6 +228,9 @@ func (m *Message) Execute() (*Execute, *Error) {
 		return nil, e
 	}
 	if e = m.limits(x); e != nil {
+		return nil, e
+	}
+	if e = sessionFields(x); e != nil {
 		return nil, e
 	}
 	x.Ignored = m.ignoredAs("execute")
@@ -333,6 +344,7 @@ func (m *Message) Attach() (string, *Error) {
 // an execution's stdin, and whether they are the last.
 type StdinChunk struct {
 	Execution string
+	Session   string // instead of Execution: keystrokes for a pty session (4.7)
 	Data      []byte
 	EOF       bool
 }
@@ -340,12 +352,19 @@ type StdinChunk struct {
 // Stdin validates m as a stdin message; it does not look at m.Kind. A
 // failure is an *Error of category CatBadRequest that names the field.
 func (m *Message) Stdin() (*StdinChunk, *Error) {
-	name, ok := m.stringField("execution")
-	if !ok || name == "" || len(name) > MaxExecutionName {
-		return nil, newError(CatBadRequest,
-			`stdin: "execution" must be a non-empty string of at most %d bytes: the execution named by a started or executed message`, MaxExecutionName)
+	c := &StdinChunk{}
+	if sess, ok, e := m.sessionField("stdin"); e != nil {
+		return nil, e
+	} else if ok {
+		c.Session = sess
+	} else {
+		name, ok := m.stringField("execution")
+		if !ok || name == "" || len(name) > MaxExecutionName {
+			return nil, newError(CatBadRequest,
+				`stdin: "execution" must be a non-empty string of at most %d bytes: the execution named by a started or executed message`, MaxExecutionName)
+		}
+		c.Execution = name
 	}
-	c := &StdinChunk{Execution: name}
 	encoding := ""
 	if raw, present := m.optional("encoding"); present {
 		encoding, _ = decodeString(raw)

@@ -22,7 +22,7 @@ const (
 // without touching"), "pty" for an execute's terminal and resize (4.7),
 // "body" for put's and get's bulk bodies (4.6, "Bulk bodies") and "tree"
 // for their "format":"tar" (4.6, "Trees").
-var Extensions = []string{"captureStderr", "stream", "onExit", "detach", "ignored", "trial", "stdin", "user", "files", "status", "pty", "body", "tree"}
+var Extensions = []string{"captureStderr", "stream", "onExit", "detach", "ignored", "trial", "stdin", "user", "files", "status", "pty", "body", "tree", "session"}
 
 // reads reports whether a message of kind k reads fieldNames[i]: every
 // kind reads kind, token and id; execute and attach read their own. A
@@ -32,13 +32,15 @@ func reads(k string, i int) bool {
 	case i < commonFields:
 		return true
 	case k == "execute":
-		return i >= executeFrom && i < executeTo || fieldNames[i] == "pty"
+		return i >= executeFrom && i < executeTo || fieldNames[i] == "pty" || readsSessionExecute(i)
 	case k == "resize":
 		return readsResize(i)
+	case k == "open", k == "close", k == "read":
+		return readsSession(k, i)
 	case k == "attach":
 		return i >= attachFrom && i < attachTo
 	case k == "stdin":
-		return i >= stdinFrom && i < stdinTo
+		return i >= stdinFrom && i < stdinTo || fieldNames[i] == "session"
 	case k == "verify":
 		return i >= verifyFrom && i < verifyTo
 	case k == "put", k == "get":

@@ -58,6 +58,8 @@ var fieldNames = [...]string{"kind", "token", "id",
 	"pty", "rows", "cols", // execute's terminal, and resize's (pty.go, section 4.7)
 	"body",                                   // put's and get's bulk bodies (files.go, section 4.6)
 	"format", "exclude", "replace", "owners", // trees (files.go, section 4.6)
+	"session", "script", "shell", // shell sessions (session.go, section 4.7)
+	"from", "waitMs", "idleMs", // a pty session's read (session.go)
 }
 
 // The ranges of fieldNames that each kind reads besides the first

@@ -26,7 +26,7 @@ const maxTerm = 64
 // readsResize reports whether a resize reads fieldNames[i].
 func readsResize(i int) bool {
 	switch fieldNames[i] {
-	case "execution", "rows", "cols":
+	case "execution", "rows", "cols", "session":
 		return true
 	}
 	return false
@@ -84,18 +84,26 @@ func ptySide(kind, name string, raw json.RawMessage) (int, *Error) {
 // execution's terminal.
 type Resize struct {
 	Execution  string
+	Session    string // instead of Execution: a pty session's terminal (4.7)
 	Rows, Cols int
 }
 
 // Resize validates m as a resize message; it does not look at m.Kind. A
 // failure is an *Error of category CatBadRequest that names the field.
 func (m *Message) Resize() (*Resize, *Error) {
-	name, ok := m.stringField("execution")
-	if !ok || name == "" || len(name) > MaxExecutionName {
-		return nil, newError(CatBadRequest,
-			`resize: "execution" must be a non-empty string of at most %d bytes: the execution named by a started message`, MaxExecutionName)
+	r := &Resize{}
+	if sess, ok, e := m.sessionField("resize"); e != nil {
+		return nil, e
+	} else if ok {
+		r.Session = sess
+	} else {
+		name, ok := m.stringField("execution")
+		if !ok || name == "" || len(name) > MaxExecutionName {
+			return nil, newError(CatBadRequest,
+				`resize: "execution" must be a non-empty string of at most %d bytes: the execution named by a started message`, MaxExecutionName)
+		}
+		r.Execution = name
 	}
-	r := &Resize{Execution: name}
 	rows, _ := m.field("rows")
 	cols, _ := m.field("cols")
 	var e *Error

@@ -118,6 +118,9 @@ type Executed struct {
 	Cause            string          `json:"cause,omitempty"`   // CauseOOM, CauseLimit (section 4.8)
 	Limit            string          `json:"limit,omitempty"`   // with CauseLimit: the limit's name
 	Limits           Limits          `json:"limits,omitempty"`  // the limits applied (section 4.8)
+	Session          string          `json:"session,omitempty"` // a session's command (4.7): the session
+	Cwd              string          `json:"cwd,omitempty"`     // and its shell's directory afterwards
+	SessionEnded     bool            `json:"sessionEnded,omitempty"`
 }
 
 // Usage is what the processes of an execution's scope that have ended
@@ -219,7 +222,7 @@ type Status struct {
 	ID                json.RawMessage   `json:"id,omitempty"`
 	Executions        []ExecutionStatus `json:"executions"`                  // [] in JSON when nil; at most MaxStatusExecutions
 	ExecutionsOmitted int               `json:"executionsOmitted,omitempty"` // executions left out of Executions
-	Sessions          []struct{}        `json:"sessions"`                    // the open shell sessions (4.7): [] until they exist
+	Sessions          []SessionStatus   `json:"sessions"`                    // the open shell sessions (4.7)
 	Survivors         []Survivor        `json:"survivors"`                   // [] in JSON when nil; at most MaxSurvivors
 	SurvivorsOmitted  int               `json:"survivorsOmitted,omitempty"`  // survivors left out of Survivors
 	Boundary          int               `json:"boundary"`                    // trial boundaries drawn so far; 0 before the first
@@ -271,7 +274,7 @@ func (s Status) MarshalJSON() ([]byte, error) {
 		s.Executions = []ExecutionStatus{}
 	}
 	if s.Sessions == nil {
-		s.Sessions = []struct{}{}
+		s.Sessions = []SessionStatus{}
 	}
 	if s.Survivors == nil {
 		s.Survivors = []Survivor{}

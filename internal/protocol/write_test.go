@@ -86,6 +86,8 @@ func TestAppendExecutedIsMarshal(t *testing.T) {
 				v.SetString("v\u00e9\u2029<" + name)
 			case reflect.Int, reflect.Int64:
 				v.SetInt(-7)
+			case reflect.Bool:
+				v.SetBool(true)
 			default:
 				t.Fatalf("field %s (%s): give it a value here", name, v.Type())
 			}

@@ -52,9 +52,10 @@ type conn struct {
 	// queue holds less than --max-stdin-buffer: until then the loop does not
 	// read this connection (section 4.6).
 	paused    <-chan struct{}
-	lastStdin string    // the last execution with stdin or a pty that ended here: late stdin and resize messages for it are dropped
-	files     fileState // the put in progress (files.go): execute is busy meanwhile
-	body      *bodyIn   // the raw body of the message being handled, if any (files.go)
+	lastStdin string       // the last execution with stdin or a pty that ended here: late stdin and resize messages for it are dropped
+	files     fileState    // the put in progress (files.go): execute is busy meanwhile
+	reads     atomic.Int32 // reads of a pty session's screen waiting (shell.go)
+	body      *bodyIn      // the raw body of the message being handled, if any (files.go)
 }
 
 // serveConn runs one session to its end and reports whether it ended after
@@ -343,6 +344,12 @@ func (cn *conn) handle(msg *protocol.Message, perr *protocol.Error) string {
 		cn.get(msg, ignored)
 	case "status":
 		cn.status(request{msg.ID, ignored}) // looking without touching: nothing ends (status.go)
+	case "open":
+		cn.open(msg, ignored) // shell sessions (shell.go)
+	case "close":
+		cn.closeSession(msg, ignored)
+	case "read":
+		cn.readScreen(msg, ignored)
 	case "":
 		cn.refuse(msg.ID, ignored, protocol.CatUnknownKind, `message has no "kind": expected `+knownKinds)
 	default:
@@ -353,7 +360,7 @@ func (cn *conn) handle(msg *protocol.Message, perr *protocol.Error) string {
 }
 
 // knownKinds are the kinds a controller may send, for an unknown-kind error.
-const knownKinds = `"ready", "execute", "verify", "attach", "stdin", "resize", "put", "get" or "status"`
+const knownKinds = `"ready", "execute", "verify", "attach", "stdin", "resize", "put", "get", "status", "open", "close" or "read"`
 
 // safeKind bounds a peer-chosen kind before it is echoed or logged.
 func safeKind(k string) string {
@@ -376,6 +383,10 @@ func (cn *conn) execute(msg *protocol.Message, ignored []string) {
 	}
 	if cn.files.xfer != nil {
 		cn.refuse(msg.ID, ignored, protocol.CatBusy, "a put is open on this connection; send its last chunk (no \"more\") first")
+		return
+	}
+	if req.Session != "" {
+		cn.sessionCommand(msg, req, ignored)
 		return
 	}
 	user, detail := cn.srv.account(req)
@@ -419,6 +430,10 @@ func (cn *conn) stdin(msg *protocol.Message, ignored []string) {
 		cn.refuse(msg.ID, ignored, perr.Category, perr.Message)
 		return
 	}
+	if c.Session != "" {
+		cn.typeInto(msg, ignored, c) // a pty session's keystrokes (shell.go)
+		return
+	}
 	ex := cn.cur
 	switch {
 	case ex != nil && ex.id == c.Execution && ex.in != nil && ex.req.Stdin:
@@ -447,6 +462,10 @@ func (cn *conn) resize(msg *protocol.Message, ignored []string) {
 	r, perr := msg.Resize()
 	if perr != nil {
 		cn.refuse(msg.ID, ignored, perr.Category, perr.Message)
+		return
+	}
+	if r.Session != "" {
+		cn.resizeSession(msg, ignored, r)
 		return
 	}
 	ex := cn.cur

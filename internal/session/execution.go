@@ -64,6 +64,10 @@ type execution struct {
 	ttyMu   sync.Mutex
 	tty     *exec.Subject
 	ttySize [2]uint16
+
+	// shell, for a shell session's shell (shell.go): its scope outlives
+	// its commands, which awaitEnd serves.
+	shell *shell
 }
 
 // resize sets the size of the execution's terminal, now or, before the
@@ -116,7 +120,14 @@ func (ex *execution) destination() (*conn, json.RawMessage) {
 }
 
 func (s *Server) startExecution(cn *conn, req *protocol.Execute, reqID json.RawMessage, user *env.User, log zerolog.Logger) *execution {
+	return s.startWith(cn, req, reqID, user, log, nil)
+}
+
+// startWith is startExecution, of a session's shell when sh is not nil:
+// a trial boundary does not end it as it ends an execution (shell.go).
+func (s *Server) startWith(cn *conn, req *protocol.Execute, reqID json.RawMessage, user *env.User, log zerolog.Logger, sh *shell) *execution {
 	ex := &execution{
+		shell:    sh,
 		id:       s.newExecutionID(),
 		reqID:    reqID,
 		req:      req,
@@ -145,12 +156,21 @@ func (s *Server) startExecution(cn *conn, req *protocol.Execute, reqID json.RawM
 	if req.Stream {
 		ex.stream = newStreamer(ex)
 	}
-	s.track(ex)
+	if sh == nil {
+		s.track(ex)
+	} else {
+		sh.ex = ex
+	}
 	go func() {
 		res := s.run(ex)
 		ex.announceDone() // the subject never ran: no started
 		if ex.stream != nil {
 			ex.stream.close() // every output message goes before the reply
+		}
+		if sh != nil {
+			s.dropShell(sh)
+			sh.closeChannel()
+			sh.final = res
 		}
 		ex.done <- res // buffered: the reply is never lost to a slow loop, or kept while detached
 		s.untrack(ex)
@@ -323,7 +343,7 @@ func (s *Server) run(ex *execution) (res protocol.Executed) {
 	case subj.Broken() != nil:
 		// Nothing the shim said counts, its exit neither (rule 6.13).
 		ended = s.settle(ex, subj, scope, "the shim broke the wire's rules", out, &res)
-	case exited && !s.killedByDestroy(subj, st) && settleOnExit(ex.req.OnExit, st):
+	case exited && !s.killedByDestroy(subj, st) && settleOnExit(ex.req.OnExit, st) && !ex.keepsRest():
 		ended = st.At
 		s.settleExited(ex, subj, scope, st, out, &res)
 	case exited && !s.killedByDestroy(subj, st):
@@ -403,12 +423,20 @@ func (s *Server) start(ex *execution, out *output, res *protocol.Executed) (*exe
 		return failed(protocol.ExitScopeUnavailable, "the execution's limits could not be set: "+err.Error())
 	}
 	spec := exec.Spec{Path: path, Argv: append([]string{req.Command}, req.Args...), Env: subjectEnv, Dir: dir,
-		Stdin: ex.in != nil, Rlimits: rlimits(req.Limits)}
+		Stdin: ex.in != nil || ex.shell != nil, Rlimits: rlimits(req.Limits)}
 	if ex.user != nil {
 		spec.Credential = ex.user.Cred
 	}
 	spec.Stdout, spec.Stderr = out.writers(ex.stream)
 	spec.StdoutCopy, spec.StderrCopy = s.openArtifacts(ex)
+	if ex.shell != nil {
+		// Commands read from stdin, status on descriptor 3, output routed
+		// to the command that runs (shell.go).
+		spec.Stdout, spec.Status = &ex.shell.stdout, ex.shell.peer
+		if req.Pty == nil {
+			spec.Stderr = &ex.shell.stderr
+		}
+	}
 	if p := req.Pty; p != nil {
 		// One stream: the terminal's, in stdout and its artifact; the
 		// stderr artifact stays empty.
@@ -431,6 +459,9 @@ func (s *Server) start(ex *execution, out *output, res *protocol.Executed) (*exe
 	}
 	if req.Pty != nil {
 		ex.setTerminal(subj)
+	}
+	if ex.shell != nil {
+		ex.shell.started(subj)
 	}
 	ex.log.Debug().Int("pid", subj.PID).Msg("execution started")
 	return subj, scope, w, true
@@ -484,6 +515,9 @@ func withUserVars(req *protocol.Execute, u *env.User) map[string]string {
 // rule 6.3: if the subject had already exited when the framework's end was
 // seen, it wins, and exited is true.
 func (s *Server) awaitEnd(ex *execution, subj *exec.Subject) (st exec.Status, exited bool, reason string) {
+	if ex.shell != nil {
+		return s.serveShell(ex, subj)
+	}
 	var deadline <-chan time.Time
 	if ex.req.TimeoutMs > 0 {
 		d := time.Duration(ex.req.TimeoutMs) * time.Millisecond
@@ -510,6 +544,11 @@ func (s *Server) awaitEnd(ex *execution, subj *exec.Subject) (st exec.Status, ex
 		return st, false, reason
 	}
 }
+
+// keepsRest reports whether a trial boundary kept processes of this
+// session's scope (shell.go): when its shell exits, the rest is left
+// alone, as an exited subject's.
+func (ex *execution) keepsRest() bool { return ex.shell != nil && ex.shell.keepRest.Load() }
 
 // leaveAlone is rule 6.1: the subject exited by itself, with any status;
 // nothing is signalled, and what remains of its scope is reported as

@@ -30,6 +30,9 @@ type keptOut struct {
 	mu      sync.Mutex
 	kept    map[int]uint64  // kept pids, with their descendants as found → start ticks
 	targets map[int]*target // what is settled, by pid
+	// spare are left alone without their descendants: a session's shell,
+	// whose new children are its command's (shell.go).
+	spare map[int]uint64
 
 	mismatched []int // pids of keep found here with another start time: not kept
 }
@@ -98,6 +101,9 @@ func (k *keptOut) sort(members []exec.Member) []exec.Member {
 		if !ok {
 			continue // gone since the look; the next look tells
 		}
+		if start, ok := k.spare[m.PID]; ok && start == st.startTicks {
+			continue
+		}
 		if k.isKept(m.PID, st) {
 			continue
 		}
@@ -126,6 +132,9 @@ func (k *keptOut) isKept(pid int, st procInfo) bool {
 		parent := cur.ppid
 		pst, ok := readStat(parent)
 		if !ok {
+			return false
+		}
+		if start, ok := k.spare[parent]; ok && start == pst.startTicks {
 			return false
 		}
 		if start, ok := k.kept[parent]; ok && start == pst.startTicks {

@@ -72,7 +72,22 @@ type Config struct {
 	ArtifactsLayout string    // LayoutRelayd (also "") or LayoutMaka
 	RequireNetns    env.Netns // the network namespace subjects must run in (--require-netns); zero: none
 	Bridge          bool      // the Unix socket of relayd bridge is served: ready lists "bridge" (protocol 4.6)
+
+	// Shell sessions (protocol 4.7, shell.go): at most MaxSessions open
+	// (--max-sessions; 0: DefaultMaxSessions), each closed once unused
+	// for SessionIdle (--session-idle-timeout; 0: DefaultSessionIdle);
+	// SessionBuffer is a pty session's screen kept for read.
+	MaxSessions   int
+	SessionIdle   time.Duration
+	SessionBuffer int
 }
+
+// Defaults of the session flags (protocol section 9).
+const (
+	DefaultMaxSessions   = 64
+	DefaultSessionIdle   = 24 * time.Hour
+	DefaultSessionBuffer = 4 << 20
+)
 
 // DefaultMaxStdinBuffer is the default of --max-stdin-buffer (protocol section 9).
 const DefaultMaxStdinBuffer = 4 << 20
@@ -110,6 +125,9 @@ type Server struct {
 	unconfirmed atomic.Bool  // some settlement was not confirmed
 	nsKilledAt  atomic.Int64 // when a destroy last SIGKILLed every process of relayd's PID namespace (unix ns)
 	maka        makaFiles    // the maka layout's artifact files (artifacts.go)
+
+	shells   map[string]*shell // open shell sessions by name (shell.go), under mu
+	shellSeq uint64            // the last session's number, under mu
 }
 
 // New returns a Server. It picks the first execution number so that
@@ -120,6 +138,15 @@ func New(cfg Config) *Server {
 	}
 	if cfg.MaxStdinBuffer <= 0 {
 		cfg.MaxStdinBuffer = DefaultMaxStdinBuffer
+	}
+	if cfg.MaxSessions <= 0 {
+		cfg.MaxSessions = DefaultMaxSessions
+	}
+	if cfg.SessionIdle <= 0 {
+		cfg.SessionIdle = DefaultSessionIdle
+	}
+	if cfg.SessionBuffer <= 0 {
+		cfg.SessionBuffer = DefaultSessionBuffer
 	}
 	s := &Server{cfg: cfg, tokenDigest: sha256.Sum256(cfg.Token), log: cfg.Log,
 		stopping: make(chan struct{}), drained: make(chan struct{})}

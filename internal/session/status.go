@@ -26,6 +26,7 @@ func (cn *conn) status(rq request) {
 	s := cn.srv
 	r := protocol.Status{Token: cn.token(), Kind: "status", ID: rq.id, Ignored: rq.ignored}
 	r.Executions, r.ExecutionsOmitted = s.executionStatus(time.Now())
+	r.Sessions = s.sessionStatus(time.Now())
 	r.Survivors, r.SurvivorsOmitted, _ = s.trialSurvivors(cn.log, "status")
 	r.Boundary = int(s.boundaries.Load())
 	r.SurvivorsUsage = s.survivorsUsage(false)

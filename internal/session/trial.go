@@ -59,7 +59,7 @@ func (s *Server) leftScopes() []leftScope {
 	s.mu.Lock()
 	out := make([]leftScope, 0, len(s.left))
 	for sc, id := range s.left {
-		out = append(out, leftScope{id, sc})
+		out = append(out, leftScope{id: id, scope: sc})
 	}
 	s.mu.Unlock()
 	slices.SortFunc(out, func(a, b leftScope) int { return compareIDs(a.id, b.id) })
@@ -83,6 +83,7 @@ func compareIDs(a, b string) int {
 type leftScope struct {
 	id    string
 	scope exec.Scope
+	shell *shell // an open session's scope (shell.go); nil for a left scope
 }
 
 // executionOf names the execution of a left scope; "" when it is not kept.
@@ -185,7 +186,7 @@ func (cn *conn) boundary(rq request, v *protocol.Verify) string {
 func (s *Server) trialSurvivors(log zerolog.Logger, what string) (list []protocol.Survivor, omitted, found int) {
 	var all []exec.Member
 	owner := map[int]string{}
-	for _, l := range s.leftScopes() {
+	for _, l := range append(s.leftScopes(), s.sessionScopes()...) {
 		members, err := l.scope.Members()
 		if err != nil {
 			log.Warn().Err(err).Str("execution", l.id).Msg(what + ": could not look for survivors")
@@ -220,7 +221,7 @@ func (cn *conn) settleSurvivors(keep []protocol.Kept) []int {
 		settled []int
 		wg      sync.WaitGroup
 	)
-	for _, l := range s.leftScopes() {
+	for _, l := range append(s.leftScopes(), s.sessionScopes()...) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -232,6 +233,20 @@ func (cn *conn) settleSurvivors(keep []protocol.Kept) []int {
 			}
 			out := newKeptOut(l.scope, members, err == nil, keep)
 			defer out.close()
+			if l.shell != nil && !out.keeps() {
+				// An open session that keeps nothing is closed: its
+				// whole scope settled, by its own execution.
+				pids := l.shell.closeForBoundary(members)
+				mu.Lock()
+				settled = append(settled, pids...)
+				mu.Unlock()
+				return
+			}
+			if l.shell != nil {
+				// What is kept outlives the session's shell: its scope
+				// is then left alone, as an exited subject's.
+				l.shell.keepRest.Store(true)
+			}
 			if len(out.mismatched) > 0 {
 				log.Warn().Ints("pids", out.mismatched).Msg("trial boundary: a kept pid names a process with another start time (the pid reused): settled, not kept")
 			}

@@ -52,6 +52,9 @@ type Options struct {
 	// settlement once (rule 6.13), and a second SIGTERM is "quit now" to
 	// many programs.
 	NoTerm bool
+	// First, when not 0, is sent instead of SIGTERM: SIGINT for a shell
+	// session's command at its deadline, as Ctrl-C would (protocol 4.7).
+	First syscall.Signal
 }
 
 // pollFloor and pollCeil bound the interval between looks: short at first,
@@ -87,6 +90,8 @@ type Budget struct {
 	// Destroying, when set, is called once the settlement has failed, just
 	// before the destroy runs (for a log line).
 	Destroying func(Outcome)
+	// First is Options.First: the signal that opens the settlement.
+	First syscall.Signal
 }
 
 // destroyReserve is the part of the teardown budget kept for a destroy: a
@@ -113,7 +118,7 @@ func killReserve(window time.Duration) time.Duration {
 func Stop(ctx context.Context, scope Scope, b Budget) Result {
 	by := time.Now().Add(b.Timeout)
 	reserve := destroyReserve(b)
-	out := Settle(ctx, scope, Options{Grace: b.Grace, Deadline: by.Add(-reserve)})
+	out := Settle(ctx, scope, Options{Grace: b.Grace, Deadline: by.Add(-reserve), First: b.First})
 	if out.Confirmed {
 		return Result{Confirmed: true, Outcome: out}
 	}
@@ -149,7 +154,7 @@ func Settle(ctx context.Context, scope Scope, opts Options) Outcome {
 	}
 	st := &settling{scope: scope}
 	if !opts.NoTerm { // else SIGKILL from the first look on
-		st.term()
+		st.term(opts.First)
 	}
 	stop := make(chan struct{})
 	killerDone := make(chan struct{})
@@ -246,20 +251,24 @@ func (st *settling) note(members []Member, alive bool) {
 	st.looked = true
 }
 
-// term sends the settlement's one SIGTERM: to what one look found, or to
-// the whole scope when it cannot signal members one by one or the look
-// failed.
-func (st *settling) term() {
+// term sends the settlement's one SIGTERM (or first, when not 0): to
+// what one look found, or to the whole scope when it cannot signal
+// members one by one or the look failed.
+func (st *settling) term(first syscall.Signal) {
+	sig := syscall.SIGTERM
+	if first != 0 {
+		sig = first
+	}
 	ms, ok := st.scope.(memberSignaller)
 	if !ok {
-		st.fail(st.scope.Signal(syscall.SIGTERM))
+		st.fail(st.scope.Signal(sig))
 		return
 	}
 	members, err := st.scope.Members()
 	if err == nil {
-		err = ms.SignalMembers(members, syscall.SIGTERM)
+		err = ms.SignalMembers(members, sig)
 	} else {
-		err = st.scope.Signal(syscall.SIGTERM)
+		err = st.scope.Signal(sig)
 	}
 	st.fail(err)
 }

@@ -15,11 +15,11 @@ a lost connection raises ConnectionLostError, a reply that did not come in
 time ReplyTimeoutError; all are RelaydError.
 """
 
-from .aio import AsyncClient, AsyncListener
+from .aio import AsyncClient, AsyncListener, AsyncSession
 from ._dirs import DirectoryError
 from ._files import FileInfo
 from .carrier import MAX_PAYLOAD, result_frame, write_result
-from .client import Client, Listener, serve
+from .client import Client, Listener, Session, serve
 from .errors import (
     BadJSONError,
     BadRequestError,
@@ -59,7 +59,7 @@ from .results import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "AsyncClient", "AsyncListener", "Client", "Listener", "serve",
+    "AsyncClient", "AsyncListener", "AsyncSession", "Client", "Listener", "Session", "serve",
     "write_result", "result_frame", "MAX_PAYLOAD",
     "FileInfo",
     "Ready", "Executed", "Verified", "Status", "ExecutionStatus", "Survivor", "Diagnostic", "Output",

@@ -280,7 +280,44 @@ class Call:
         return msg
 
 
-WANT = {"ready": "ready", "execute": "executed", "verify": "verified", "attach": "executed", "status": "status"}
+WANT = {"ready": "ready", "execute": "executed", "verify": "verified", "attach": "executed", "status": "status",
+        "open": "opened", "close": "closed"}
+
+
+def open_message(shell: Optional[str], user: Optional[str], cwd: Optional[str],
+                 environment: Optional[Mapping[str, str]], credentials: Optional[Mapping[str, str]],
+                 limits: Optional[Mapping[str, int]]) -> Dict[str, Any]:
+    """An open request (protocol 4.7) without token and id."""
+    msg: Dict[str, Any] = {"kind": "open"}
+    for k, v in (("shell", shell), ("user", user), ("cwd", cwd)):
+        if v is not None:
+            msg[k] = v
+    for k, m in (("environment", environment), ("credentials", credentials), ("limits", limits)):
+        if m:
+            msg[k] = dict(m)
+    return msg
+
+
+def run_message(session: str, script: str, timeout_ms: Optional[int], input: Union[str, bytes, None],
+                max_output_bytes: Optional[int]) -> Dict[str, Any]:
+    """An execute of a shell session's command (protocol 4.7)."""
+    if not isinstance(script, str):
+        raise TypeError("run: script must be a str")
+    msg: Dict[str, Any] = {"kind": "execute", "session": session, "script": script}
+    if timeout_ms is not None:
+        msg["timeoutMs"] = timeout_ms
+    if max_output_bytes is not None:
+        msg["maxOutputBytes"] = max_output_bytes
+    if input is not None:
+        if isinstance(input, bytes):
+            try:
+                msg["input"] = input.decode("utf-8")
+            except UnicodeDecodeError:
+                msg["input"] = base64.b64encode(input).decode("ascii")
+                msg["inputEncoding"] = "base64"
+        else:
+            msg["input"] = input
+    return msg
 
 
 def warn_ignored(call: Call, kind: str) -> None:

@@ -290,6 +290,19 @@ class AsyncClient:
         assert isinstance(r, Status)
         return r
 
+    async def session(self, *, shell: Optional[str] = None, user: Optional[str] = None, cwd: Optional[str] = None,
+                      environment: Optional[Mapping[str, str]] = None, credentials: Optional[Mapping[str, str]] = None,
+                      limits: Optional[Mapping[str, int]] = None, timeout: Optional[float] = None) -> "AsyncSession":
+        """Client.session(), awaited: ``async with await c.session() as sh:``."""
+        msg = _wire.open_message(shell, user, cwd, environment, credentials, limits)
+        r = await self._call(msg, "opened", self.reply_timeout if timeout is None else timeout, raw=True)
+        assert isinstance(r, dict)
+        return AsyncSession(self, str(r.get("session", "")), str(r.get("shell", "")), str(r.get("cwd", "")))
+
+    def attach_session(self, name: str) -> "AsyncSession":
+        """The open session ``name``, used through this connection."""
+        return AsyncSession(self, name, "", "")
+
     async def request(self, message: Mapping[str, Any], *, timeout: Optional[float] = None) -> Dict[str, Any]:
         kind = str(message.get("kind", ""))
         r = await self._call(dict(message), _wire.WANT.get(kind, kind), timeout, raw=True)
@@ -598,6 +611,44 @@ class AsyncClient:
         for _, fut, _ in self._pending.values():
             if not fut.done():
                 fut.set_exception(err)
+
+
+class AsyncSession:
+    """Session (client.py) for AsyncClient."""
+
+    def __init__(self, client: AsyncClient, name: str, shell: str, cwd: str) -> None:
+        self.client, self.name, self.shell, self.cwd = client, name, shell, cwd
+
+    def __repr__(self) -> str:
+        return f"AsyncSession({self.name!r})"
+
+    async def __aenter__(self) -> "AsyncSession":
+        return self
+
+    async def __aexit__(self, et: Optional[Type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        if not self.client.closed:
+            try:
+                await self.close()
+            except ProtocolError:
+                pass
+
+    async def run(self, script: str, *, timeout_ms: Optional[int] = None, input: Union[str, bytes, None] = None,
+                  max_output_bytes: Optional[int] = None, timeout: Optional[float] = None) -> Executed:
+        """Session.run(), awaited."""
+        msg = _wire.run_message(self.name, script, timeout_ms, input, max_output_bytes)
+        wait = _wire.execute_wait(timeout_ms, 2 * self.client.teardown_budget, timeout)
+        r = await self.client._call(msg, "executed", wait)
+        assert isinstance(r, Executed)
+        if r.cwd:
+            self.cwd = r.cwd
+        return r
+
+    async def close(self, *, timeout: Optional[float] = None) -> Dict[str, Any]:
+        """Session.close(), awaited."""
+        wait = timeout if timeout is not None else self.client.reply_timeout + self.client.teardown_budget
+        r = await self.client._call({"kind": "close", "session": self.name}, "closed", wait, raw=True)
+        assert isinstance(r, dict)
+        return r
 
 
 async def _stdin_pieces(source: AsyncStdinSource) -> AsyncIterator[bytes]:

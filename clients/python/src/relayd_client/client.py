@@ -345,6 +345,34 @@ class Client:
         assert isinstance(r, Status)
         return r
 
+    def session(self, *, shell: Optional[str] = None, user: Optional[str] = None, cwd: Optional[str] = None,
+                environment: Optional[Mapping[str, str]] = None, credentials: Optional[Mapping[str, str]] = None,
+                limits: Optional[Mapping[str, int]] = None, pty: Optional[Tuple[int, int]] = None,
+                timeout: Optional[float] = None) -> "Session":
+        """Open a shell session (protocol 4.7): a shell (``bash``, or
+        ``shell="sh"``) whose directory, variables, functions and
+        background jobs last from one command to the next::
+
+            with client.session() as sh:
+                sh.run("cd repo")
+                r = sh.run("pytest -x", timeout_ms=600000)
+
+        Leaving the ``with`` closes it (its processes settled). BusyError
+        when relayd has --max-sessions open. ``pty=(rows, cols)`` runs an
+        interactive shell on a terminal: write() types into it, read()
+        returns what it printed, resize() changes its size."""
+        msg = _wire.open_message(shell, user, cwd, environment, credentials, limits)
+        if pty is not None:
+            msg["pty"] = {"rows": pty[0], "cols": pty[1]}
+        r = self._call(msg, "opened", self._wait(timeout), raw=True)
+        assert isinstance(r, dict)
+        return Session(self, str(r.get("session", "")), str(r.get("shell", "")), str(r.get("cwd", "")))
+
+    def attach_session(self, name: str) -> "Session":
+        """The open session ``name`` (another connection may have opened
+        it), used through this connection."""
+        return Session(self, name, "", "")
+
     def request(self, message: Mapping[str, Any], *, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Send any message (token and id added) and return relayd's reply as
         a dict: for kinds this client has no method for."""
@@ -685,6 +713,84 @@ class Client:
                     raise ConnectionLostError(f"relayd closed the connection in the middle of a reply ({partial} bytes of an unfinished line)", partial)
                 raise ConnectionLostError("relayd closed the connection before it replied")
             self._buf += chunk
+
+
+class Session:
+    """An open shell session (Client.session). Its commands run one at a
+    time; run() returns the same Executed as execute(), with ``session``,
+    ``cwd`` (the shell's directory afterwards) and ``session_ended``."""
+
+    def __init__(self, client: Client, name: str, shell: str, cwd: str) -> None:
+        self.client, self.name, self.shell, self.cwd = client, name, shell, cwd
+
+    def __repr__(self) -> str:
+        return f"Session({self.name!r})"
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, et: Optional[Type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        if not self.client.closed:
+            try:
+                self.close()
+            except ProtocolError:
+                pass  # already closed (the shell exited)
+
+    def run(self, script: str, *, timeout_ms: Optional[int] = None, input: Union[str, bytes, None] = None,
+            max_output_bytes: Optional[int] = None, timeout: Optional[float] = None) -> Executed:
+        """Run ``script`` in the shell as if typed at its prompt (several
+        lines, heredocs, cd, export, source, functions). ``exit_code`` is
+        the command's own (2 for a syntax error); stdout and stderr come
+        apart. ``timeout_ms`` interrupts it (Ctrl-C, then its processes
+        are settled; the shell and earlier background jobs live on).
+        ``input`` is its stdin (no NUL)."""
+        msg = _wire.run_message(self.name, script, timeout_ms, input, max_output_bytes)
+        wait = _wire.execute_wait(timeout_ms, 2 * self.client.teardown_budget, timeout)
+        r = self.client._call(msg, "executed", wait)
+        assert isinstance(r, Executed)
+        if r.cwd:
+            self.cwd = r.cwd
+        return r
+
+    def write(self, keys: Union[str, bytes]) -> None:
+        """Type ``keys`` into a pty session's terminal (``"\\x03"`` is
+        Ctrl-C). relayd answers only a refusal, raised by the next call."""
+        msg = _wire.run_message(self.name, "", None, keys, None)
+        line = _wire.encode({"token": self.client._token, "kind": "stdin", "session": self.name,
+                             "data": msg["input"], **({"encoding": "base64"} if "inputEncoding" in msg else {})})
+        self.client._send(line)
+
+    def read(self, from_: int = 0, *, wait_ms: Optional[int] = None, idle_ms: Optional[int] = None,
+             timeout: Optional[float] = None) -> Dict[str, Any]:
+        """What a pty session's terminal printed from offset ``from_`` on:
+        relayd's terminal reply (``data``, ``next`` to read from next,
+        ``lost`` when the ring no longer held the start, ``ended``). It
+        waits up to ``wait_ms`` for something new, and until nothing new
+        came for ``idle_ms``."""
+        msg: Dict[str, Any] = {"kind": "read", "session": self.name, "from": from_}
+        if wait_ms is not None:
+            msg["waitMs"] = wait_ms
+        if idle_ms is not None:
+            msg["idleMs"] = idle_ms
+        wait = timeout if timeout is not None else self.client.reply_timeout + 120.0
+        r = self.client._call(msg, "terminal", wait, raw=True)
+        assert isinstance(r, dict)
+        return r
+
+    def resize(self, rows: int, cols: int) -> None:
+        """Resize a pty session's terminal."""
+        if not (1 <= rows <= 1000 and 1 <= cols <= 1000):
+            raise ValueError("resize: rows and cols must be from 1 to 1000")
+        self.client._send(_wire.encode({"token": self.client._token, "kind": "resize", "session": self.name,
+                                        "rows": rows, "cols": cols}))
+
+    def close(self, *, timeout: Optional[float] = None) -> Dict[str, Any]:
+        """Settle the whole session and return relayd's closed reply
+        (``settlement``)."""
+        wait = timeout if timeout is not None else self.client.reply_timeout + self.client.teardown_budget
+        r = self.client._call({"kind": "close", "session": self.name}, "closed", wait, raw=True)
+        assert isinstance(r, dict)
+        return r
 
 
 class _StdinPump:

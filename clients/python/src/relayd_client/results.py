@@ -243,6 +243,11 @@ class Executed:
     cause: Optional[str] = None
     limit: Optional[str] = None
     limits: Optional[Dict[str, int]] = None
+    # Protocol 4.7: a shell session's command names its session, the
+    # shell's directory afterwards, and whether the shell is gone.
+    session: Optional[str] = None
+    cwd: Optional[str] = None
+    session_ended: bool = False
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -293,6 +298,9 @@ class Executed:
             cause=_get(msg, "cause", str),
             limit=_get(msg, "limit", str),
             limits=_limits(msg),
+            session=_get(msg, "session", str),
+            cwd=_get(msg, "cwd", str),
+            session_ended=_get(msg, "sessionEnded", bool, False),
             raw=msg,
         )
 

@@ -1,0 +1,87 @@
+"""Protocol 4.7, shell sessions, against the real relayd: state kept from
+one command to the next, the command's own status, a deadline, another
+connection, close (sync and async)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import unittest
+
+from relayd_client import AsyncClient, BusyError, Client, NotFoundError
+from relayd_fixture import RelaydTest, alive, read_pid
+
+
+class SessionTest(RelaydTest):
+    def test_session(self) -> None:
+        d = self.relayd("--max-sessions", "1")
+        with Client(d.addr, d.token) as c:
+            self.assertIn("session", c.ready().extensions)
+            with c.session(cwd=d.dir) as sh:
+                self.assertTrue(sh.name.startswith("s-"), sh)
+                r = sh.run("mkdir -p repo && cd repo && export X=1 && f() { echo \"f $X\"; }")
+                self.assertEqual((r.exit_code, r.cwd, r.session), (0, os.path.join(d.dir, "repo"), sh.name), r)
+                r = sh.run("f; echo err >&2; cat; (exit 4)", input="in\n")
+                self.assertEqual((r.exit_code, r.stdout, r.stderr), (4, "f 1\nin\n", "err\n"), r)
+                self.assertEqual(sh.run("echo 'unterminated").exit_code, 2)
+                sh.run("sleep 1000 & echo $! > ../bg.pid")
+                r = sh.run("sleep 1000", timeout_ms=300)
+                self.assertTrue(r.timed_out, r)
+                self.assertEqual((r.exit_code, r.settlement), (124, "settled"), r)
+                bg = read_pid(os.path.join(d.dir, "bg.pid"))
+                self.assertTrue(alive(bg), "an earlier command's background job outlives a later one's deadline")
+                with self.assertRaises(BusyError):
+                    c.session()
+                with Client(d.addr, d.token) as other:
+                    self.assertEqual(other.attach_session(sh.name).run("pwd").stdout, os.path.join(d.dir, "repo") + "\n")
+                r = sh.run("exit 3")
+                self.assertEqual((r.exit_code, r.session_ended), (3, True), r)
+            with self.assertRaises(NotFoundError):
+                sh.run("true")
+
+    def test_pty_session(self) -> None:
+        d = self.relayd()
+        with Client(d.addr, d.token) as c, c.session(pty=(24, 80)) as sh:
+            seen, at = "", 0
+
+            def until(want: str) -> None:
+                nonlocal seen, at
+                for _ in range(50):
+                    if want in seen:
+                        return
+                    t = sh.read(at, wait_ms=500)
+                    seen += t["data"]
+                    at = t["next"]
+                self.fail(f"the terminal did not show {want!r}: {seen!r}")
+
+            sh.write("python3 -q\r")
+            until(">>> ")
+            sh.write("print(6 * 7)\r")
+            until("42")
+            sh.write("exit()\r")
+            until("bash-")
+            sh.resize(30, 90)
+            r = sh.run("stty size")
+            self.assertEqual(r.exit_code, 0, r)
+            self.assertIn("30 90", r.stdout)
+
+    def test_async_session(self) -> None:
+        d = self.relayd()
+
+        async def main() -> None:
+            async with AsyncClient(d.addr, d.token) as c:
+                async with await c.session(environment={"GREETING": "hi"}) as sh:
+                    await sh.run("cd /tmp; g() { echo \"$GREETING $1\"; }")
+                    r = await sh.run("g there; pwd")
+                    self.assertEqual((r.exit_code, r.stdout), (0, "hi there\n/tmp\n"), r)
+                    r = await sh.run("sleep 100", timeout_ms=200)
+                    self.assertEqual((r.termination, r.exit_code), ("framework_timeout", 124), r)
+                    self.assertEqual((await sh.run("echo ok")).stdout, "ok\n")
+                    closed = await sh.close()
+                    self.assertEqual((closed["kind"], closed["settlement"]), ("closed", "settled"), closed)
+
+        asyncio.run(main())
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,146 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Pty sessions (protocol 4.7): an interactive shell on a terminal, read
+// as a screen, typed into, resized, and still with exact statuses.
+
+// term reads a pty session's screen.
+type term struct {
+	t    testing.TB
+	cl   *client
+	name string
+	next int64
+	seen strings.Builder
+	pos  int // in seen, after what the last until matched
+}
+
+// until reads until the screen showed want since the last until, or fails.
+func (s *term) until(want string) {
+	s.t.Helper()
+	from := s.pos
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(s.seen.String()[from:], want) {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("the terminal did not show %q; it showed %q", want, s.seen.String()[from:])
+		}
+		r := s.cl.request(msg{"kind": "read", "session": s.name, "from": s.next, "waitMs": 2000})
+		if r["kind"] != "terminal" {
+			s.t.Fatalf("read: %v", r)
+		}
+		s.seen.WriteString(r["data"].(string))
+		s.next = num(s.t, r, "next")
+	}
+	s.pos = from + strings.Index(s.seen.String()[from:], want) + len(want)
+}
+
+// running reports whether a process whose command line is argv runs.
+func running(argv string) bool {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && string(b) == argv {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *term) typeKeys(keys string) {
+	s.t.Helper()
+	s.cl.send(msg{"kind": "stdin", "session": s.name, "data": keys})
+}
+
+func TestSessionPty(t *testing.T) {
+	eachScope(t, func(t *testing.T, mech string) {
+		d := startRelayd(t, opts{scope: mech})
+		cl := d.connect()
+		dir := t.TempDir()
+		name := openSession(t, cl, msg{"cwd": dir, "pty": msg{"rows": 24, "cols": 80}})
+		s := &term{t: t, cl: cl, name: name}
+		s.typeKeys("echo $((6*7)) $TERM; tty\r")
+		s.until("42 xterm-256color")
+		s.until("/dev/pts/")
+
+		// A command through execute: its status from the channel, even on a terminal.
+		r := cl.run(name, "cd "+dir+" && stty size && (exit 6)", nil)
+		wantExit(t, r, "exited", 6)
+		if !strings.Contains(r["stdout"].(string), "24 80") || r["cwd"] != dir {
+			t.Fatalf("execute on the pty session: %v", r)
+		}
+		cl.send(msg{"kind": "resize", "session": name, "rows": 40, "cols": 100})
+		waitFor(t, 10*time.Second, "the resize", func() bool {
+			r := cl.run(name, "stty size", nil)
+			return strings.Contains(r["stdout"].(string), "40 100")
+		})
+
+		// A real python3 REPL.
+		s.typeKeys("python3 -i -q\r")
+		s.until(">>> ")
+		s.typeKeys("print(6 * 7 + 1)\r")
+		s.until("43")
+		s.typeKeys("exit()\r")
+		s.until("bash-")
+
+		// A real vim: open, type, save, quit; the file is written.
+		file := filepath.Join(dir, "notes.txt")
+		s.typeKeys("vi -u NONE -N " + file + "\r")
+		s.until("notes.txt")
+		s.typeKeys("ihello from vim\x1b:wq\r")
+		waitFor(t, 10*time.Second, "vim to write the file", func() bool {
+			b, err := os.ReadFile(file)
+			return err == nil && string(b) == "hello from vim\n"
+		})
+		s.until("bash-") // vim quit: the prompt again
+		r = cl.run(name, "echo back", nil)
+		wantExit(t, r, "exited", 0)
+
+		// Ctrl-C as a keystroke interrupts the foreground job.
+		s.typeKeys("sleep 987.25; echo after-sleep\r")
+		waitFor(t, 10*time.Second, "sleep in the foreground", func() bool { return running("sleep\x00987.25\x00") })
+		e := cl.request(msg{"kind": "execute", "session": name, "script": "true"})
+		if e["kind"] != "error" || !strings.Contains(e["error"].(map[string]any)["message"].(string), "foreground") {
+			t.Fatalf("execute while sleep has the terminal: %v; want busy", e)
+		}
+		s.typeKeys("\x03")
+		waitFor(t, 10*time.Second, "the prompt after Ctrl-C", func() bool {
+			e := cl.request(msg{"kind": "execute", "session": name, "script": "true"})
+			return e["kind"] == "executed"
+		})
+		r = cl.run(name, "echo alive", nil)
+		if !strings.Contains(r["stdout"].(string), "alive") {
+			t.Fatalf("after Ctrl-C: %v", r)
+		}
+		if c := cl.request(msg{"kind": "close", "session": name}); c["kind"] != "closed" || c["settlement"] != "settled" {
+			t.Fatalf("close: %v", c)
+		}
+	})
+}
+
+// TestSessionReadsAreBounded: reads that wait are bounded per connection
+// (rule 6.11): one past the bound is busy, and the waiting ones answer.
+func TestSessionReadsAreBounded(t *testing.T) {
+	d := startRelayd(t, opts{})
+	cl := d.connect()
+	name := openSession(t, cl, msg{"pty": msg{"rows": 24, "cols": 80}})
+	r := cl.request(msg{"kind": "read", "session": name, "waitMs": 2000})
+	far := num(t, r, "next") + 1<<40 // nothing will come there
+	for i := 0; i < 4; i++ {
+		cl.send(msg{"kind": "read", "session": name, "from": far, "waitMs": 1000})
+	}
+	e := cl.request(msg{"kind": "read", "session": name, "from": far, "waitMs": 1000})
+	if e["kind"] != "error" || !strings.Contains(fmt.Sprint(e["error"]), "busy") {
+		t.Fatalf("a fifth waiting read: %v; want busy", e)
+	}
+	for i := 0; i < 4; i++ {
+		if r := cl.read(10 * time.Second); r["kind"] != "terminal" {
+			t.Fatalf("a waiting read: %v", r)
+		}
+	}
+}

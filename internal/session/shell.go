@@ -1,0 +1,812 @@
+package session
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/relayd/relayd/internal/env"
+	"github.com/relayd/relayd/internal/exec"
+	"github.com/relayd/relayd/internal/protocol"
+	"github.com/relayd/relayd/internal/teardown"
+)
+
+// Shell sessions (protocol 4.7). A session is an execution whose subject
+// is a shell and whose scope outlives its commands: open starts it as
+// any execution (Server.run, exec.Start, a shim, a scope of either
+// mechanism), and its awaitEnd serves commands (serveShell) until the
+// shell exits, close or the idle timeout stops it, or relayd shuts down;
+// then Server.run's switch settles the whole scope as for any execution.
+//
+// Each command is one line written to the shell's stdin (a pipe): the
+// script, quoted, is eval'ed with stdin /dev/null (or its input) and
+// descriptor 3 closed, and then the shell itself (a builtin, no fork)
+// writes "<nonce> <status>" to its descriptor 3, a SOCK_SEQPACKET socket
+// whose other end relayd holds with SO_PASSCRED: a message counts only
+// when the kernel says the shell's own pid sent it and it carries the
+// command's nonce (docs/scopes.md, "Shell sessions"). Nothing the command
+// prints is read for its status.
+
+// shell is one open session.
+type shell struct {
+	name  string // "s-N"
+	kind  string // protocol.ShellBash or protocol.ShellSh
+	ex    *execution
+	began time.Time
+
+	peer   *os.File // the shell's end of the status channel, until it runs
+	status *net.UnixConn
+	msgs   chan statusMsg // status messages the shell itself sent
+
+	cmds chan *command
+	busy atomic.Bool
+	used atomic.Int64 // when the last command ended (unix ns)
+
+	up   chan struct{} // closed once the shell runs
+	subj *exec.Subject // set before up is closed
+
+	stdout, stderr router
+	screen         *screen // with a pty: what the terminal printed, for read; else nil
+
+	final protocol.Executed // the shell's execution's end, once ex.finished is closed
+
+	// last is the closing look of the last command that ended by itself,
+	// the next one's view of what was there before it (lastOK); only the
+	// shell's loop touches them.
+	last   []exec.Member
+	lastOK bool
+
+	// keepRest: a trial boundary kept processes of the session, so what
+	// remains when the shell exits is left alone, not settled.
+	keepRest atomic.Bool
+}
+
+// command is one execute of a session, handed to its shell's loop.
+type command struct {
+	ex    *execution
+	reply chan protocol.Executed // buffered
+}
+
+type statusMsg struct {
+	nonce string
+	code  int
+}
+
+// router sends a shell's output to the capture of the command that runs,
+// and drops what comes between commands (a background job's output
+// belongs to the command that runs when it comes, or to nobody).
+type router struct {
+	mu   sync.Mutex
+	w    io.Writer
+	also io.Writer // a pty session's screen, which keeps everything (screen.go)
+}
+
+func (r *router) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.w != nil {
+		_, _ = r.w.Write(p)
+	}
+	if r.also != nil {
+		_, _ = r.also.Write(p)
+	}
+	return len(p), nil
+}
+
+func (r *router) to(w io.Writer) {
+	r.mu.Lock()
+	r.w = w
+	r.mu.Unlock()
+}
+
+// sessionErr is why an open or a session's command is refused.
+type sessionErr struct{ category, message string }
+
+// openShell starts a session's shell; its opened reply is the caller's.
+func (s *Server) openShell(req *protocol.Execute, shellKind string, user *env.User, log zerolog.Logger) (*shell, *sessionErr) {
+	// The session counts from now on, starting or not, so that no two
+	// opens pass --max-sessions; it is named once it runs (shellNamed).
+	sh := &shell{kind: shellKind, began: time.Now(), msgs: make(chan statusMsg, 8), cmds: make(chan *command), up: make(chan struct{})}
+	s.mu.Lock()
+	if len(s.shells) >= s.cfg.MaxSessions {
+		n := len(s.shells)
+		s.mu.Unlock()
+		return nil, &sessionErr{protocol.CatBusy, fmt.Sprintf("open: %d sessions are open, the most --max-sessions allows; close one first", n)}
+	}
+	s.shellSeq++
+	sh.name = "s-" + strconv.FormatUint(s.shellSeq, 10)
+	name := sh.name
+	if s.shells == nil {
+		s.shells = map[string]*shell{}
+	}
+	s.shells[name] = sh
+	s.mu.Unlock()
+	if !s.admit() {
+		s.dropShell(sh)
+		return nil, &sessionErr{protocol.CatShuttingDown, "relayd is shutting down and opens no session"}
+	}
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err == nil {
+		err = unix.SetsockoptInt(pair[0], unix.SOL_SOCKET, unix.SO_PASSCRED, 1)
+		if err != nil {
+			unix.Close(pair[0])
+			unix.Close(pair[1])
+		}
+	}
+	var sc *net.UnixConn
+	if err == nil {
+		f := os.NewFile(uintptr(pair[0]), "session-status")
+		c, cerr := net.FileConn(f)
+		f.Close()
+		sc, _ = c.(*net.UnixConn)
+		if cerr != nil || sc == nil {
+			err = fmt.Errorf("status channel: %v", cerr)
+			if c != nil {
+				c.Close()
+			}
+			unix.Close(pair[1])
+		}
+	}
+	if err != nil {
+		s.ended()
+		s.dropShell(sh)
+		return nil, &sessionErr{protocol.CatBusy, "open: the session's status channel could not be made: " + err.Error()}
+	}
+	sh.peer, sh.status = os.NewFile(uintptr(pair[1]), "session-status-shell"), sc
+	sh.used.Store(time.Now().UnixNano())
+	req.Command = shellKind
+	req.Args = nil
+	if shellKind == protocol.ShellBash {
+		req.Args = []string{"--noprofile", "--norc"}
+	}
+	req.CaptureStderr, req.OnExit, req.TimeoutMs = req.Pty == nil, protocol.OnExitSettle, 0
+	if req.Pty != nil {
+		// An interactive shell on the terminal, as a person has it.
+		req.Args = append(req.Args, "-i")
+		sh.screen = newScreen(s.cfg.SessionBuffer)
+		sh.stdout.also = sh.screen
+	}
+	ex := s.startWith(nil, req, nil, user, log.With().Str("session", name).Logger(), sh)
+	select {
+	case <-sh.up:
+	case <-ex.finished:
+		res := <-ex.done
+		sh.status.Close()
+		detail := res.Detail
+		if detail == "" {
+			detail = "the shell ended at once"
+		}
+		return nil, &sessionErr{protocol.CatBadRequest, fmt.Sprintf("open: the shell could not be started (%d): %s", res.ExitCode, detail)}
+	}
+	return sh, nil
+}
+
+// running reports whether the session's shell has started (subj is set).
+func (sh *shell) running() bool {
+	select {
+	case <-sh.up:
+		return true
+	default:
+		return false
+	}
+}
+
+// started is called by Server.start once the shell runs.
+func (sh *shell) started(subj *exec.Subject) {
+	sh.peer.Close()
+	sh.subj = subj
+	close(sh.up)
+}
+
+// closeChannel ends the status channel, once the shell's execution ended.
+func (sh *shell) closeChannel() {
+	sh.peer.Close()
+	sh.status.Close()
+	if sh.screen != nil {
+		sh.screen.end()
+	}
+}
+
+// atPrompt reports whether the shell itself is the foreground job of its
+// terminal (no program it started reads the keystrokes).
+func (sh *shell) atPrompt() bool {
+	rc, err := sh.subj.Stdin.SyscallConn()
+	if err != nil {
+		return false
+	}
+	fg := -1
+	_ = rc.Control(func(fd uintptr) {
+		if pg, err := unix.IoctlGetInt(int(fd), unix.TIOCGPGRP); err == nil {
+			fg = pg
+		}
+	})
+	return fg == sh.subj.PID
+}
+
+// backAtPrompt is atPrompt, allowing the shell the moment it takes to
+// take its terminal back from a job that just ended (as lookAfterExit
+// allows a scope).
+func (sh *shell) backAtPrompt() bool {
+	deadline := time.Now().Add(50 * time.Millisecond)
+	for !sh.atPrompt() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return true
+}
+
+// typeable waits, at most limit, until the shell reads its terminal in
+// non-canonical mode (readline's), so that a long command line is not
+// cut at the line discipline's 4 KiB of canonical input.
+func typeable(tty *os.File, limit time.Duration) {
+	rc, err := tty.SyscallConn()
+	if err != nil {
+		return
+	}
+	deadline := time.Now().Add(limit)
+	for {
+		canonical := true
+		_ = rc.Control(func(fd uintptr) {
+			if t, err := unix.IoctlGetTermios(int(fd), unix.TCGETS); err == nil {
+				canonical = t.Lflag&unix.ICANON != 0
+			}
+		})
+		if !canonical || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// shellNamed returns the open session name, or nil.
+func (s *Server) shellNamed(name string) *shell {
+	s.mu.Lock()
+	sh := s.shells[name]
+	s.mu.Unlock()
+	if sh == nil || !sh.running() {
+		return nil
+	}
+	return sh
+}
+
+// dropShell forgets a session whose shell's execution is ending.
+func (s *Server) dropShell(sh *shell) {
+	s.mu.Lock()
+	delete(s.shells, sh.name)
+	s.mu.Unlock()
+}
+
+// readStatus reads the status channel until it closes: a message counts
+// only when the kernel says the shell itself (pid) sent it; it is queued
+// for the command's nonce to be checked. Anything else is dropped.
+func (sh *shell) readStatus(pid int, log zerolog.Logger) {
+	buf := make([]byte, 128)
+	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred))
+	for {
+		n, oobn, _, _, err := sh.status.ReadMsgUnix(buf, oob)
+		if err != nil {
+			return
+		}
+		from := senderPID(oob[:oobn])
+		if from != pid {
+			log.Warn().Int("sender", from).Msg("a status message not from the session's shell was dropped")
+			continue
+		}
+		nonce, code, ok := strings.Cut(strings.TrimSuffix(string(buf[:n]), "\n"), " ")
+		c, err := strconv.Atoi(code)
+		if !ok || err != nil || c < 0 || c > 255 {
+			continue
+		}
+		select {
+		case sh.msgs <- statusMsg{nonce, c}:
+		default: // nobody waits for so many: dropped
+		}
+	}
+}
+
+// senderPID is the pid of SCM_CREDENTIALS in oob, or -1.
+func senderPID(oob []byte) int {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return -1
+	}
+	for _, m := range msgs {
+		if cred, err := unix.ParseUnixCredentials(&m); err == nil {
+			return int(cred.Pid)
+		}
+	}
+	return -1
+}
+
+// serveShell is awaitEnd for a session's shell: it runs commands until
+// the shell exits, or the session is stopped (close, the idle timeout,
+// shutdown, a lost shim). Its results mean what awaitEnd's do.
+func (s *Server) serveShell(ex *execution, subj *exec.Subject) (exec.Status, bool, string) {
+	sh := ex.shell
+	go sh.readStatus(subj.PID, ex.log)
+	if sh.screen != nil {
+		// Readers learn the end as soon as the shell is gone or going,
+		// not once the rest of its scope is settled.
+		defer func() {
+			subj.Flush(cutLimit)
+			sh.screen.end()
+		}()
+	}
+	idle := time.NewTimer(s.cfg.SessionIdle)
+	defer idle.Stop()
+	var reason string
+	for reason == "" {
+		select {
+		case st := <-subj.Exited():
+			return st, true, ""
+		case <-subj.Lost():
+			reason = "shim lost"
+		case reason = <-ex.stopCh:
+		case <-s.stopping:
+			reason = "shutdown"
+		case <-idle.C:
+			reason = "--session-idle-timeout"
+		case c := <-sh.cmds:
+			res, st, exited, why := s.runCommand(sh, subj, c)
+			sh.used.Store(time.Now().UnixNano())
+			c.reply <- res
+			if exited {
+				return st, true, ""
+			}
+			reason = why
+			idle.Reset(s.cfg.SessionIdle)
+		}
+	}
+	ex.log.Info().Str("reason", reason).Msg("closing session")
+	subj.Sync()
+	select {
+	case st := <-subj.Exited():
+		return st, true, ""
+	default:
+		return exec.Status{}, false, reason
+	}
+}
+
+// runCommand runs one command in the shell and makes its reply. exited
+// says the shell exited (st), why that the session must end.
+func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res protocol.Executed, st exec.Status, exited bool, why string) {
+	req := c.ex.req
+	began := time.Now()
+	res = protocol.Executed{Kind: "executed", Execution: c.ex.id, Session: sh.name, Settlement: protocol.SettleNone,
+		Survivors: []protocol.Survivor{}, Scope: protocol.ScopeInfo{Mechanism: s.cfg.Mechanism}, Termination: protocol.Exited}
+	defer func() {
+		res.DurationMs = time.Since(began).Milliseconds()
+		c.ex.log.Info().Str("termination", res.Termination).Int("exitCode", res.ExitCode).
+			Str("settlement", res.Settlement).Bool("sessionEnded", res.SessionEnded).Int64("durationMs", res.DurationMs).Msg("command ended")
+	}()
+	scope := subj.Scope
+	shellM := exec.Member{PID: subj.PID, Start: subj.Start}
+	// What is in the scope when the command begins: the last command's
+	// closing look, when it had one (nothing runs in between but what
+	// was there, whose children are not the command's), else a look now.
+	before, fresh := sh.last, sh.lastOK
+	sh.last, sh.lastOK = nil, false
+	if !fresh {
+		var err error
+		if before, err = lookAfterExit(scope); err != nil {
+			before = nil // every process but the shell then counts as the command's
+		}
+	}
+	nonce := newNonce()
+	out := newOutput(req, s.cfg.MaxStdoutBytes, s.cfg.MaxStderrBytes)
+	sh.stdout.to(out)
+	sh.stderr.to(out.stderr)
+	defer func() {
+		sh.stdout.to(nil)
+		sh.stderr.to(nil)
+	}()
+	finish := func() {
+		subj.Flush(cutLimit)
+		sh.stdout.to(nil)
+		sh.stderr.to(nil)
+		out.fill(&res, "", false)
+		if dir, err := os.Readlink("/proc/" + strconv.Itoa(subj.PID) + "/cwd"); err == nil {
+			res.Cwd = dir
+		}
+	}
+	ended := func(st exec.Status) {
+		res.ExitCode = st.ExitCode()
+		if !st.Exited {
+			res.Signal = unix.SignalName(st.Signal)
+		}
+		res.SessionEnded = true
+		finish()
+		res.Cwd = ""
+	}
+	if sh.screen != nil {
+		typeable(subj.Stdin, cutLimit)
+	}
+	_ = subj.Stdin.SetWriteDeadline(time.Now().Add(s.cfg.TeardownTimeout))
+	if _, err := io.WriteString(subj.Stdin, sh.line(req, nonce)); err != nil {
+		// The shell does not read: the session cannot go on.
+		res.Termination, res.ExitCode, res.SessionEnded = protocol.FrameworkTimeout, protocol.ExitFramework, true
+		res.Detail = "the shell did not take the command: " + err.Error()
+		finish()
+		return res, st, false, "the shell did not take a command"
+	}
+	var deadline <-chan time.Time
+	if req.TimeoutMs > 0 {
+		t := time.NewTimer(time.Duration(req.TimeoutMs) * time.Millisecond)
+		defer t.Stop()
+		deadline = t.C
+	}
+	var reason string
+	for reason == "" {
+		select {
+		case m := <-sh.msgs:
+			if m.nonce != nonce {
+				continue
+			}
+			res.ExitCode = m.code
+			finish()
+			sh.last, sh.lastOK = s.commandSurvivors(c, scope, before, shellM, &res)
+			return res, st, false, ""
+		case st = <-subj.Exited():
+			ended(st)
+			return res, st, true, ""
+		case <-subj.Lost():
+			reason, why = "shim lost", "shim lost"
+		case <-deadline:
+			reason = "timeoutMs"
+		case reason = <-c.ex.stopCh:
+		case why = <-sh.ex.stopCh:
+			reason = why
+		case <-s.stopping:
+			reason, why = "shutdown", "shutdown"
+		}
+	}
+	// The framework's end of the command: Ctrl-C to its processes, then
+	// they are settled; the shell and what earlier commands left live on.
+	c.ex.log.Info().Str("reason", reason).Msg("interrupting the command")
+	part := newCommandPart(scope, before, shellM)
+	r := teardown.Stop(s.destroyCtx, part, teardown.Budget{Grace: s.cfg.TermGrace, Timeout: s.cfg.TeardownTimeout,
+		Destroy: s.cfg.Destroy, First: syscall.SIGINT})
+	part.close()
+	res.Termination, res.ExitCode = protocol.FrameworkTimeout, protocol.ExitFramework
+	res.Settlement = s.settlementOf(c.ex.log, r)
+	// The shell comes back to its prompt: the status of what was
+	// interrupted is waited for (and dropped), so that the next command
+	// starts clean. A shell that does not come back (a loop of builtins)
+	// ends the session.
+	wait := time.NewTimer(cutLimit)
+	defer wait.Stop()
+	for {
+		select {
+		case m := <-sh.msgs:
+			if m.nonce != nonce {
+				continue
+			}
+			finish()
+			return res, st, false, why
+		case st = <-subj.Exited():
+			res.SessionEnded = true
+			finish()
+			res.Cwd = ""
+			return res, st, true, ""
+		case <-wait.C:
+			res.SessionEnded = true
+			res.Detail = "the shell itself did not come back from the interrupted command; the session is closed"
+			finish()
+			return res, st, false, "the shell did not come back from an interrupted command"
+		}
+	}
+}
+
+// commandSurvivors lists the processes the command started that still run.
+// It returns the look it made (all members), and whether it was complete.
+func (s *Server) commandSurvivors(c *command, scope exec.Scope, before []exec.Member, shellM exec.Member, res *protocol.Executed) ([]exec.Member, bool) {
+	part := newCommandPart(scope, before, shellM)
+	defer part.close()
+	all, err := scope.Members()
+	if err != nil {
+		c.ex.log.Warn().Err(err).Msg("could not look for the command's survivors")
+		return nil, false
+	}
+	part.mu.Lock()
+	members := part.sort(all)
+	part.mu.Unlock()
+	res.Survivors, res.SurvivorsOmitted = describe(members, shellM.PID)
+	for i := range res.Survivors {
+		res.Survivors[i].Execution = c.ex.id
+	}
+	return all, true
+}
+
+// newCommandPart is the part of a session's scope that is one command's:
+// every member but the shell and what was there when the command began
+// (before), and but the descendants of those (the shell's excepted), by
+// pid and start time; a keptOut (keptout_linux.go), so that it is
+// settled, with pidfds, as a trial boundary settles what it does not keep.
+func newCommandPart(scope exec.Scope, before []exec.Member, shellM exec.Member) *keptOut {
+	k := &keptOut{scope: scope, kept: map[int]uint64{}, targets: map[int]*target{},
+		spare: map[int]uint64{shellM.PID: shellM.Start}}
+	for _, m := range before {
+		if m.PID != shellM.PID {
+			k.kept[m.PID] = m.Start
+		}
+	}
+	return k
+}
+
+// line is the one command the shell reads for req: its script eval'ed
+// with stdin /dev/null (or its input) and descriptor 3 closed, then the
+// status, from the shell itself, on descriptor 3.
+func (sh *shell) line(req *protocol.Execute, nonce string) string {
+	var b strings.Builder
+	b.WriteString("__relayd_s=")
+	b.WriteString(shQuote(req.Script))
+	in := " </dev/null"
+	if sh.screen != nil {
+		in = "" // on a terminal, the command reads it, as typed
+	}
+	if req.HasInput {
+		b.WriteString("; __relayd_i=")
+		b.WriteString(shQuote(string(req.Input)))
+		in = ` < <(printf %s "$__relayd_i")`
+	}
+	eval, printf := "eval", "builtin printf"
+	if sh.kind != protocol.ShellBash {
+		// POSIX sh exits on a syntax error in eval, a special builtin;
+		// command keeps it from exiting (dash: status 2, state kept).
+		eval, printf = "command eval", "printf"
+	}
+	fmt.Fprintf(&b, "; { %s \"$__relayd_s\"; }%s 3>&-; %s '%s %%d\\n' \"$?\" >&3\n", eval, in, printf, nonce)
+	return b.String()
+}
+
+// shQuote quotes s for a POSIX shell: in single quotes, each ' as '\”.
+func shQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// newNonce is 16 random bytes in hex: a command's status must carry it.
+func newNonce() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// startCommand runs a session's command: its goroutine hands it to the
+// shell's loop and sends the reply on ex.done, as an execution's does.
+func (s *Server) startCommand(cn *conn, sh *shell, req *protocol.Execute, reqID json.RawMessage, log zerolog.Logger) *execution {
+	ex := &execution{id: s.newExecutionID(), reqID: reqID, req: req, stopCh: make(chan string, 1),
+		done: make(chan protocol.Executed, 1), finished: make(chan struct{}), owner: cn, ownerID: reqID, began: time.Now()}
+	ex.log = log.With().Str("execution", ex.id).Str("session", sh.name).Logger()
+	s.track(ex)
+	go func() {
+		c := &command{ex: ex, reply: make(chan protocol.Executed, 1)}
+		var res protocol.Executed
+		select {
+		case sh.cmds <- c:
+			res = <-c.reply
+		case <-sh.ex.finished:
+			res = protocol.Executed{Kind: "executed", Execution: ex.id, Session: sh.name, Termination: protocol.FrameworkTimeout,
+				ExitCode: protocol.ExitFramework, Settlement: protocol.SettleNone, Survivors: []protocol.Survivor{},
+				Scope: protocol.ScopeInfo{Mechanism: s.cfg.Mechanism}, Diagnostic: protocol.NoneDiagnostic(), SessionEnded: true,
+				Detail: "the session ended before the command ran"}
+		}
+		sh.busy.Store(false)
+		ex.done <- res
+		s.untrack(ex)
+		close(ex.finished)
+		s.ended()
+	}()
+	return ex
+}
+
+// sessionStatus lists the open sessions for status, in name order.
+func (s *Server) sessionStatus(now time.Time) []protocol.SessionStatus {
+	s.mu.Lock()
+	all := make([]*shell, 0, len(s.shells))
+	for _, sh := range s.shells {
+		if sh.running() {
+			all = append(all, sh)
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(all, func(a, b *shell) int { return compareIDs(a.name, b.name) })
+	list := make([]protocol.SessionStatus, 0, len(all))
+	for _, sh := range all {
+		list = append(list, protocol.SessionStatus{Session: sh.name, Shell: sh.kind, PID: sh.subj.PID, User: runsAs(sh.ex),
+			Busy: sh.busy.Load(), IdleMs: now.Sub(time.Unix(0, sh.used.Load())).Milliseconds(), StartedMs: now.Sub(sh.began).Milliseconds()})
+	}
+	return list
+}
+
+// open answers an open request (protocol 4.7): the shell starts, and the
+// reply names the session.
+func (cn *conn) open(msg *protocol.Message, ignored []string) {
+	req, perr := msg.OpenSession()
+	if perr != nil {
+		cn.refuse(msg.ID, ignored, perr.Category, perr.Message)
+		return
+	}
+	shellKind := req.Command
+	user, detail := cn.srv.account(req)
+	if detail == "" {
+		detail = cn.srv.limits(req)
+	}
+	if detail != "" {
+		cn.refuse(msg.ID, ignored, protocol.CatBadRequest, strings.Replace(detail, "execute: ", "open: ", 1))
+		return
+	}
+	sh, serr := cn.srv.openShell(req, shellKind, user, cn.log)
+	if serr != nil {
+		cn.refuse(msg.ID, ignored, serr.category, serr.message)
+		return
+	}
+	cn.log.Info().Str("session", sh.name).Int("pid", sh.subj.PID).Msg("session opened")
+	cn.write(protocol.Opened{Token: cn.token(), Kind: "opened", ID: msg.ID, Session: sh.name, Shell: sh.kind,
+		Cwd: env.Cwd(cn.srv.cfg.Workspace, req.Cwd), Ignored: ignored})
+}
+
+// closeSession answers a close request: the whole session is settled,
+// and closed comes once it is (written from a goroutine of its own, so
+// that this connection serves on meanwhile).
+func (cn *conn) closeSession(msg *protocol.Message, ignored []string) {
+	name, perr := msg.CloseSession()
+	if perr != nil {
+		cn.refuse(msg.ID, ignored, perr.Category, perr.Message)
+		return
+	}
+	sh := cn.srv.shellNamed(name)
+	if sh == nil {
+		cn.refuse(msg.ID, ignored, protocol.CatNotFound, `close: no open session has that name ("session", from an opened reply)`)
+		return
+	}
+	sh.ex.stop("close")
+	id := msg.ID
+	go func() {
+		<-sh.ex.finished
+		res := sh.final
+		cn.write(protocol.Closed{Token: cn.token(), Kind: "closed", ID: id, Session: sh.name, Settlement: res.Settlement,
+			Scope: res.Scope, Detail: res.Detail, Ignored: ignored})
+	}()
+}
+
+// sessionCommand starts an execute of a session (protocol 4.7) as the
+// connection's running execution.
+func (cn *conn) sessionCommand(msg *protocol.Message, req *protocol.Execute, ignored []string) {
+	sh := cn.srv.shellNamed(req.Session)
+	switch {
+	case sh == nil:
+		cn.refuse(msg.ID, ignored, protocol.CatNotFound, `execute: no open session has that name ("session", from an opened reply)`)
+		return
+	case req.HasInput && sh.kind != protocol.ShellBash:
+		cn.refuse(msg.ID, ignored, protocol.CatBadRequest, `execute: "input" needs a bash session`)
+		return
+	case sh.screen != nil && !sh.backAtPrompt():
+		cn.refuse(msg.ID, ignored, protocol.CatBusy,
+			fmt.Sprintf("execute: a program runs in the foreground of session %s's terminal; its command line would be typed into it (read the screen, type to end it)", sh.name))
+		return
+	case !sh.busy.CompareAndSwap(false, true):
+		cn.refuse(msg.ID, ignored, protocol.CatBusy,
+			fmt.Sprintf("execute: session %s runs a command; its commands run one at a time", sh.name))
+		return
+	}
+	if !cn.srv.admit() {
+		sh.busy.Store(false)
+		cn.refuse(msg.ID, ignored, protocol.CatShuttingDown, "relayd is shutting down and starts no new execution")
+		return
+	}
+	req.CaptureStderr = sh.screen == nil // with a pty, one stream
+	cn.cur, cn.curID, cn.curIgnored = cn.srv.startCommand(cn, sh, req, msg.ID, cn.log), msg.ID, req.Ignored
+}
+
+// maxReads bounds the reads that wait at once on one connection, each a
+// goroutine for up to a minute (rule 6.11).
+const maxReads = 4
+
+// readScreen answers a read of a pty session's terminal; it waits in a
+// goroutine of its own, so that the connection serves on meanwhile.
+func (cn *conn) readScreen(msg *protocol.Message, ignored []string) {
+	rq, perr := msg.ReadSession()
+	if perr != nil {
+		cn.refuse(msg.ID, ignored, perr.Category, perr.Message)
+		return
+	}
+	sh := cn.srv.shellNamed(rq.Session)
+	switch {
+	case sh == nil:
+		cn.refuse(msg.ID, ignored, protocol.CatNotFound, `read: no open session has that name ("session", from an opened reply)`)
+		return
+	case sh.screen == nil:
+		cn.refuse(msg.ID, ignored, protocol.CatBadRequest, `read: session `+sh.name+` has no terminal: open it with "pty" to read its screen`)
+		return
+	}
+	if cn.reads.Add(1) > maxReads {
+		cn.reads.Add(-1)
+		cn.refuse(msg.ID, ignored, protocol.CatBusy, fmt.Sprintf("read: %d reads already wait on this connection; wait for their terminal replies", maxReads))
+		return
+	}
+	id := msg.ID
+	go func() {
+		defer cn.reads.Add(-1)
+		data, next, lost, ended := sh.screen.read(rq)
+		cn.write(protocol.Terminal{Token: cn.token(), Kind: "terminal", ID: id, Session: sh.name, Data: terminalText(data),
+			Next: next, Lost: lost, Ended: ended, Ignored: ignored})
+	}()
+}
+
+// typeInto types keystrokes into a pty session's terminal (a stdin with
+// session), bounded by --write-timeout.
+func (cn *conn) typeInto(msg *protocol.Message, ignored []string, c *protocol.StdinChunk) {
+	sh := cn.srv.shellNamed(c.Session)
+	switch {
+	case sh == nil:
+		cn.refuse(msg.ID, ignored, protocol.CatNotFound, `stdin: no open session has that name ("session", from an opened reply)`)
+		return
+	case sh.screen == nil:
+		cn.refuse(msg.ID, ignored, protocol.CatBadRequest, `stdin: session `+sh.name+` has no terminal: give a command's "input" instead`)
+		return
+	}
+	if len(c.Data) == 0 {
+		return
+	}
+	_ = sh.subj.Stdin.SetWriteDeadline(time.Now().Add(cn.srv.cfg.WriteTimeout))
+	if _, err := sh.subj.Stdin.Write(c.Data); err != nil {
+		cn.refuse(msg.ID, ignored, protocol.CatBusy, "stdin: the session's terminal did not take the keystrokes: "+err.Error())
+	}
+}
+
+// resizeSession resizes a pty session's terminal.
+func (cn *conn) resizeSession(msg *protocol.Message, ignored []string, r *protocol.Resize) {
+	sh := cn.srv.shellNamed(r.Session)
+	switch {
+	case sh == nil:
+		cn.refuse(msg.ID, ignored, protocol.CatNotFound, `resize: no open session has that name ("session", from an opened reply)`)
+	case sh.screen == nil:
+		cn.refuse(msg.ID, ignored, protocol.CatBadRequest, `resize: session `+sh.name+` has no terminal`)
+	default:
+		sh.ex.resize(r.Rows, r.Cols)
+	}
+}
+
+// sessionScopes are the scopes of the open sessions, which a trial
+// boundary treats as left scopes (protocol 4.7): their processes are
+// survivors, and settling them closes the session.
+func (s *Server) sessionScopes() []leftScope {
+	s.mu.Lock()
+	out := make([]leftScope, 0, len(s.shells))
+	for _, sh := range s.shells {
+		if sh.running() {
+			out = append(out, leftScope{id: sh.ex.id, scope: sh.subj.Scope, shell: sh})
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b leftScope) int { return compareIDs(a.id, b.id) })
+	return out
+}
+
+// closeForBoundary closes the session for a trial boundary that settles
+// it whole, and returns the pids of members (what it settled).
+func (sh *shell) closeForBoundary(members []exec.Member) []int {
+	sh.ex.stop("trial boundary")
+	<-sh.ex.finished
+	pids := make([]int, 0, len(members))
+	for _, m := range members {
+		pids = append(pids, m.PID)
+	}
+	return pids
+}
