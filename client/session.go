@@ -49,6 +49,7 @@ type Closed struct {
 	Session    string     `json:"session"`
 	Settlement Settlement `json:"settlement"`
 	Detail     string     `json:"detail,omitempty"`
+	Usage      *Usage     `json:"usage,omitempty"` // what the whole session used, the shell included (protocol 4.8)
 }
 
 // OpenSession opens a shell session. A relayd with as many sessions open

@@ -167,6 +167,11 @@ func TestSessionDeadlineSettlesTheCommand(t *testing.T) {
 		if c["kind"] != "closed" || c["settlement"] != "settled" || c["session"] != name {
 			t.Fatalf("close: %v; want closed, settled", c)
 		}
+		// What the whole session used (4.8): the shell, and what it left
+		// to the shim (the server, the setsid child), reaped.
+		if u, _ := c["usage"].(map[string]any); u == nil || num(t, u, "processes") < 2 {
+			t.Fatalf("close: usage %v; want the session's, at least 2 processes", c["usage"])
+		}
 		waitFor(t, 5*time.Second, "the session's processes to be gone", func() bool { return !alive(server) && !alive(shell) })
 	})
 }

@@ -172,6 +172,7 @@ type Closed struct {
 	Scope      ScopeInfo       `json:"scope"`
 	Detail     string          `json:"detail,omitempty"`
 	Ignored    []string        `json:"ignored,omitempty"`
+	Usage      *Usage          `json:"usage,omitempty"` // the whole session's, the shell's included (4.8)
 }
 
 // SessionStatus is one open session in a status reply.

@@ -681,7 +681,7 @@ func (cn *conn) closeSession(msg *protocol.Message, ignored []string) {
 		<-sh.ex.finished
 		res := sh.final
 		cn.write(protocol.Closed{Token: cn.token(), Kind: "closed", ID: id, Session: sh.name, Settlement: res.Settlement,
-			Scope: res.Scope, Detail: res.Detail, Ignored: ignored})
+			Scope: res.Scope, Detail: res.Detail, Ignored: ignored, Usage: res.Usage})
 	}()
 }
 

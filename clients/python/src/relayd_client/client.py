@@ -786,7 +786,7 @@ class Session:
 
     def close(self, *, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Settle the whole session and return relayd's closed reply
-        (``settlement``)."""
+        (``settlement``, and ``usage``: what the whole session used)."""
         wait = timeout if timeout is not None else self.client.reply_timeout + self.client.teardown_budget
         r = self.client._call({"kind": "close", "session": self.name}, "closed", wait, raw=True)
         assert isinstance(r, dict)
