@@ -119,6 +119,7 @@ func (b *bench) roundTrip() {
 	}
 	if b.cfg.only["roundtrip"] {
 		b.ptyEcho(sec)
+		b.sessionRows(sec)
 	}
 	if ssh != nil {
 		fs := sec.add(ssh.figure("ms")).against(fb)
