@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,39 +16,10 @@ import (
 // its size followed, the detach key leaving it running, and relayctl
 // shell --session coming back to it until exit ends it.
 func TestSessionRelayctlShellInTmux(t *testing.T) {
-	if _, err := exec.LookPath("tmux"); err != nil {
-		t.Skip("tmux not installed (apt-get install tmux; .ci/run installs it)")
-	}
-	d := startRelayd(t, opts{})
+	d, bin, tmux, pane := tmuxPerson(t)
 	defer d.stopClean()
-	bin := relayctl(t)
-	sock := filepath.Join(t.TempDir(), "tmux.sock")
-	tmux := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command("tmux", append([]string{"-S", sock}, args...)...)
-		cmd.Env = append(cleanEnv(), "TMUX=", "RELAYD_TOKEN="+d.token, "RELAYCTL_ADDR="+d.addr)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("tmux %v: %v: %s", args, err, out)
-		}
-		return string(out)
-	}
-	t.Cleanup(func() {
-		out, _ := exec.Command("tmux", "-S", sock, "display-message", "-p", "#{pid}").Output()
-		if pid, err := strconv.Atoi(strings.TrimSpace(string(out))); err == nil {
-			killPid(pid)
-		}
-	})
 	script := q(bin) + ` shell; echo "first-exit=$?"; ` + q(bin) + ` shell --session s-1; echo "second-exit=$?"; sleep 600`
 	tmux("new-session", "-d", "-s", "person", "-x", "100", "-y", "30", "sh", "-c", script)
-	pane := func(want string) {
-		t.Helper()
-		var screen string
-		waitFor(t, 20*time.Second, "the pane to show "+strconv.Quote(want), func() bool {
-			screen = tmux("capture-pane", "-p", "-J", "-S", "-200", "-t", "person")
-			return strings.Contains(screen, want)
-		})
-	}
 	pane("ctrl-] detaches")
 	pane("bash-")
 	tmux("send-keys", "-t", "person", "echo $((6*7))-$(stty size)", "Enter")
@@ -63,4 +36,89 @@ func TestSessionRelayctlShellInTmux(t *testing.T) {
 	tmux("send-keys", "-t", "person", "exit", "Enter")
 	pane("second-exit=0")
 	pane("session s-1 ended")
+}
+
+// tmuxPerson starts relayd and a tmux server of the test's own (tmux -S,
+// never a user's), and returns relayd, relayctl, a way to run tmux
+// commands (relayctl in them finds relayd through RELAYD_TOKEN and
+// RELAYCTL_ADDR) and one to wait until the pane "person" shows a text.
+func tmuxPerson(t *testing.T) (d *daemon, bin string, tmux func(args ...string) string, pane func(want string)) {
+	t.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Skip("tmux not installed (apt-get install tmux; .ci/run installs it)")
+	}
+	d = startRelayd(t, opts{})
+	bin = relayctl(t)
+	sock := filepath.Join(t.TempDir(), "tmux.sock")
+	tmux = func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("tmux", append([]string{"-S", sock}, args...)...)
+		cmd.Env = append(cleanEnv(), "TMUX=", "RELAYD_TOKEN="+d.token, "RELAYCTL_ADDR="+d.addr,
+			"PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("tmux %v: %v: %s", args, err, out)
+		}
+		return string(out)
+	}
+	t.Cleanup(func() {
+		out, _ := exec.Command("tmux", "-S", sock, "display-message", "-p", "#{pid}").Output()
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(out))); err == nil {
+			killPid(pid)
+		}
+	})
+	pane = func(want string) {
+		t.Helper()
+		var screen string
+		waitFor(t, 20*time.Second, "the pane to show "+strconv.Quote(want), func() bool {
+			screen = tmux("capture-pane", "-p", "-J", "-S", "-200", "-t", "person")
+			return strings.Contains(screen, want)
+		})
+	}
+	return d, bin, tmux, pane
+}
+
+// The README's relayctl shell example, as printed, typed into a tmux pane
+// by a person: its command run, each line after a prompt typed (^] as the
+// detach key), and every other line of it seen on the screen, in turn.
+func TestReadmeRelayctlShell(t *testing.T) {
+	section := readmeSection(t, "### relayctl")
+	i := strings.Index(section, "\n    $ relayctl shell\n")
+	if i < 0 {
+		t.Fatal("README.md's relayctl section has no `$ relayctl shell` example")
+	}
+	var block []string
+	for _, line := range strings.Split(section[i+1:], "\n") {
+		l, ok := strings.CutPrefix(line, "    ")
+		if !ok {
+			break
+		}
+		block = append(block, l)
+	}
+	d, _, tmux, pane := tmuxPerson(t)
+	defer d.stopClean()
+	prompt := regexp.MustCompile(`^\S+\$ (.*)$`)
+	typed := 0
+	for n, l := range block {
+		switch m := prompt.FindStringSubmatch(l); {
+		case n == 0:
+			command := strings.TrimPrefix(l, "$ ")
+			tmux("new-session", "-d", "-s", "person", "-x", "100", "-y", "30", "sh", "-c", command+"; sleep 600")
+		case m != nil && m[1] == "^]":
+			tmux("send-keys", "-t", "person", "C-]")
+			typed++
+		case m != nil:
+			waitFor(t, 20*time.Second, "the shell's prompt", func() bool {
+				screen := strings.TrimRight(tmux("capture-pane", "-p", "-J", "-t", "person"), "\n ")
+				return strings.HasSuffix(screen, "$") || strings.HasSuffix(screen, "#") // root's prompt here
+			})
+			tmux("send-keys", "-t", "person", m[1], "Enter")
+			typed++
+		default:
+			pane(l)
+		}
+	}
+	if typed < 2 {
+		t.Fatalf("the README's relayctl shell example types %d lines; want a command and the detach key", typed)
+	}
 }
