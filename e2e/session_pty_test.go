@@ -144,3 +144,24 @@ func TestSessionReadsAreBounded(t *testing.T) {
 		}
 	}
 }
+
+// A pty session whose terminal is busy printing when relayd stops: the
+// terminal's last bytes come after the session ended, and relayd still
+// exits 0 (they reached its ring after the end, which panicked relayd).
+func TestSessionPtyOutputAtShutdown(t *testing.T) {
+	eachScope(t, func(t *testing.T, mech string) {
+		for round := 0; round < 5; round++ {
+			d := startRelayd(t, opts{scope: mech})
+			cl := d.connect()
+			name := openSession(t, cl, msg{"pty": msg{"rows": 24, "cols": 80}})
+			s := &term{t: t, cl: cl, name: name}
+			s.typeKeys("stty raw -echo; echo rea''dy; cat\r")
+			s.until("ready")
+			for i := 0; i < 20; i++ {
+				s.typeKeys("k")
+			}
+			s.until("kkkkkkkkkkkkkkkkkkkk")
+			d.stopClean()
+		}
+	})
+}

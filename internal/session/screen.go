@@ -39,8 +39,12 @@ func (r *screen) Write(p []byte) (int, error) {
 		p = p[c:]
 		r.total += int64(c)
 	}
-	close(r.changed)
-	r.changed = make(chan struct{})
+	if !r.ended {
+		// Once ended, changed stays closed: the terminal's last bytes can
+		// reach the ring after the session's end (its drain runs on).
+		close(r.changed)
+		r.changed = make(chan struct{})
+	}
 	return n, nil
 }
 
