@@ -33,6 +33,8 @@ func (b *bench) dockerSection() {
 		logf("docker section skipped: %s", why)
 		sec.add(skipped(dx, "ms", why))
 		sec.add(skipped(rx, "ms", why))
+		sec.add(skipped(terminusDocker, "ms", why))
+		sec.add(skipped(terminusRelayd, "ms", why))
 		for _, s := range []*burst{dockerBurst(nil), relaydBurst(nil)} {
 			rate, lat := s.figures()
 			sec.add(skipped(rate.Name, rate.Unit, why))
@@ -65,6 +67,7 @@ func (b *bench) dockerSection() {
 	if fr.Baseline != nil && fr.Ratio > 0 {
 		sec.note("docker exec's median is %.0fx relayd's, its p99 %.0fx relayd's", 1/fr.Ratio, fd.P99/fr.P99)
 	}
+	b.terminusStep(sec, env)
 	b.dockerConcurrency(sec, env, began, budget)
 }
 

@@ -36,8 +36,8 @@ func TestDockerSkippedWithoutDocker(t *testing.T) {
 	b := &bench{report: &report{}}
 	b.dockerSection()
 	sec := b.report.Sections[0]
-	if len(sec.Figures) != 6 {
-		t.Fatalf("got %d figures; want 6 skipped (round trip, and rate and latency at %d at once)", len(sec.Figures), concurrentN)
+	if len(sec.Figures) != 8 {
+		t.Fatalf("got %d figures; want 8 skipped (round trip, the Terminus step, and rate and latency at %d at once)", len(sec.Figures), concurrentN)
 	}
 	for _, f := range sec.Figures {
 		if f.Skipped != "docker CLI not installed" {
