@@ -130,23 +130,7 @@ func (d *drain) finishCut(buf []byte) {
 		d.endCapture()
 		return
 	}
-	rc, err := d.f.SyscallConn()
-	if err == nil {
-		_ = rc.Control(func(fd uintptr) {
-			pending, err := unix.IoctlGetInt(int(fd), unix.TIOCINQ)
-			if err != nil {
-				return
-			}
-			for pending > 0 {
-				n, err := unix.Read(int(fd), buf[:min(pending, len(buf))])
-				if n <= 0 || err != nil {
-					return
-				}
-				d.deliver(buf[:n])
-				pending -= n
-			}
-		})
-	}
+	d.readWaiting(buf)
 	d.endCapture()
 }
 
