@@ -16,42 +16,12 @@ import (
 // is typed, is interrupted by Ctrl-C, and exit(3) is relayctl's status,
 // with the pane's terminal mode restored.
 func TestPtyRelayctlInTmux(t *testing.T) {
-	if _, err := exec.LookPath("tmux"); err != nil {
-		t.Skip("tmux not installed (apt-get install tmux; .ci/run installs it)")
-	}
 	eachScope(t, func(t *testing.T, mech string) {
-		d := startRelayd(t, opts{scope: mech})
+		d, bin, tmux, pane := tmuxPerson(t, opts{scope: mech})
 		defer d.stopClean()
-		bin := relayctl(t)
-		sock := filepath.Join(t.TempDir(), "tmux.sock")
-		tmux := func(args ...string) string {
-			t.Helper()
-			cmd := exec.Command("tmux", append([]string{"-S", sock}, args...)...)
-			cmd.Env = append(cleanEnv(), "TMUX=", "RELAYD_TOKEN="+d.token, "RELAYCTL_ADDR="+d.addr)
-			out, err := cmd.CombinedOutput()
-			if err != nil {
-				t.Fatalf("tmux %v: %v: %s", args, err, out)
-			}
-			return string(out)
-		}
-		t.Cleanup(func() {
-			out, _ := exec.Command("tmux", "-S", sock, "display-message", "-p", "#{pid}").Output()
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(out))); err == nil {
-				killPid(pid)
-			}
-		})
 		modes := `stty -a | tr ' ;' '\n\n' | grep -x -e icanon -e echo -e -icanon -e -echo | tr '\n' ' '`
 		script := modes + `; echo; ` + q(bin) + ` exec -t -- /usr/bin/python3 -q; echo "relayctl-exit=$?"; ` + modes + `; echo; sleep 600`
 		tmux("new-session", "-d", "-s", "person", "-x", "100", "-y", "30", "sh", "-c", script)
-		pane := func(want string) string {
-			t.Helper()
-			var screen string
-			waitFor(t, 20*time.Second, "the pane to show "+strconv.Quote(want), func() bool {
-				screen = tmux("capture-pane", "-p", "-J", "-S", "-200", "-t", "person")
-				return strings.Contains(screen, want)
-			})
-			return screen
-		}
 		pane(">>> ")
 		tmux("send-keys", "-t", "person", "import os, shutil, time; print(shutil.get_terminal_size(), os.isatty(0), os.environ['TERM'])", "Enter")
 		pane("os.terminal_size(columns=100, lines=30) True tmux")

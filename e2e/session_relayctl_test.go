@@ -16,7 +16,7 @@ import (
 // its size followed, the detach key leaving it running, and relayctl
 // shell --session coming back to it until exit ends it.
 func TestSessionRelayctlShellInTmux(t *testing.T) {
-	d, bin, tmux, pane := tmuxPerson(t)
+	d, bin, tmux, pane := tmuxPerson(t, opts{})
 	defer d.stopClean()
 	script := q(bin) + ` shell; echo "first-exit=$?"; ` + q(bin) + ` shell --session s-1; echo "second-exit=$?"; sleep 600`
 	tmux("new-session", "-d", "-s", "person", "-x", "100", "-y", "30", "sh", "-c", script)
@@ -39,15 +39,16 @@ func TestSessionRelayctlShellInTmux(t *testing.T) {
 }
 
 // tmuxPerson starts relayd and a tmux server of the test's own (tmux -S,
-// never a user's), and returns relayd, relayctl, a way to run tmux
+// never a user's), and returns relayd (started with o), relayctl, a way to run tmux
 // commands (relayctl in them finds relayd through RELAYD_TOKEN and
-// RELAYCTL_ADDR) and one to wait until the pane "person" shows a text.
-func tmuxPerson(t *testing.T) (d *daemon, bin string, tmux func(args ...string) string, pane func(want string)) {
+// RELAYCTL_ADDR) and one to wait until the pane "person" shows a text
+// (it returns the screen).
+func tmuxPerson(t *testing.T, o opts) (d *daemon, bin string, tmux func(args ...string) string, pane func(want string) string) {
 	t.Helper()
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Skip("tmux not installed (apt-get install tmux; .ci/run installs it)")
 	}
-	d = startRelayd(t, opts{})
+	d = startRelayd(t, o)
 	bin = relayctl(t)
 	sock := filepath.Join(t.TempDir(), "tmux.sock")
 	tmux = func(args ...string) string {
@@ -67,13 +68,14 @@ func tmuxPerson(t *testing.T) (d *daemon, bin string, tmux func(args ...string) 
 			killPid(pid)
 		}
 	})
-	pane = func(want string) {
+	pane = func(want string) string {
 		t.Helper()
 		var screen string
 		waitFor(t, 20*time.Second, "the pane to show "+strconv.Quote(want), func() bool {
 			screen = tmux("capture-pane", "-p", "-J", "-S", "-200", "-t", "person")
 			return strings.Contains(screen, want)
 		})
+		return screen
 	}
 	return d, bin, tmux, pane
 }
@@ -95,7 +97,7 @@ func TestReadmeRelayctlShell(t *testing.T) {
 		}
 		block = append(block, l)
 	}
-	d, _, tmux, pane := tmuxPerson(t)
+	d, _, tmux, pane := tmuxPerson(t, opts{})
 	defer d.stopClean()
 	prompt := regexp.MustCompile(`^\S+\$ (.*)$`)
 	typed := 0
