@@ -3,6 +3,7 @@ package protocol
 import (
 	"sync"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // RawCapture keeps the first max bytes of a subject's stdout in raw mode
@@ -16,6 +17,10 @@ type RawCapture struct {
 	truncated bool
 	tail      bool // keep the last max bytes instead of the first
 	start     int  // tail, once buf is full: where the oldest byte is (a ring)
+	// sealed: Result was called; buf is the result's own bytes from then
+	// on, so nothing more is written to it.
+	sealed bool
+	result string
 }
 
 // NewRawCaptureTail is NewRawCapture keeping the last max bytes (outputKeep
@@ -41,6 +46,9 @@ func (r *RawCapture) Write(p []byte) (int, error) {
 	n := len(p)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.sealed {
+		return n, nil
+	}
 	if len(r.buf)+len(p) > r.max {
 		r.truncated = true
 	}
@@ -79,19 +87,29 @@ func (r *RawCapture) writeRing(p []byte) {
 // valid UTF-8 is replaced with U+FFFD, as encoding/json would do (so a
 // multi-byte character cut in two by the limit shows as replacement
 // characters). truncated is true when more than max bytes were written.
+// Result seals the capture: what is written afterwards (a background
+// process that holds the subject's stdout) is dropped, and the text is the
+// kept bytes themselves, not a copy of up to --max-stdout-bytes.
 func (r *RawCapture) Result() (stdout string, truncated bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.start == 0 {
-		return validUTF8(r.buf), r.truncated
+	if !r.sealed {
+		r.sealed = true
+		b := r.buf
+		if r.start != 0 {
+			b = append(append(make([]byte, 0, len(b)), b[r.start:]...), b[:r.start]...)
+		}
+		r.result = validUTF8(b)
+		r.buf = nil // the result owns the bytes
 	}
-	return validUTF8(append(append(make([]byte, 0, len(r.buf)), r.buf[r.start:]...), r.buf[:r.start]...)), r.truncated
+	return r.result, r.truncated
 }
 
 // validUTF8 returns b as a string with each invalid byte replaced by U+FFFD.
+// The string may be b's own bytes: b must not change afterwards.
 func validUTF8(b []byte) string {
 	if utf8.Valid(b) {
-		return string(b)
+		return bytesString(b)
 	}
 	out := make([]byte, 0, len(b)+len(b)/2)
 	for len(b) > 0 {
@@ -103,7 +121,15 @@ func validUTF8(b []byte) string {
 		}
 		b = b[size:]
 	}
-	return string(out)
+	return bytesString(out)
+}
+
+// bytesString is b as a string without a copy; nothing may write b after.
+func bytesString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 // appendCapped appends to buf as much of p as fits under limit bytes, and

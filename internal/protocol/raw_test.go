@@ -78,3 +78,32 @@ func TestRawCaptureTail(t *testing.T) {
 		}
 	}
 }
+
+// TestRawCaptureResultCopiesNothing: the reply's stdout is the capture's
+// own bytes, not a copy of up to --max-stdout-bytes (a 1 MiB copy was
+// part of relayd's peak RSS); Result seals the capture, so what a
+// background process writes afterwards cannot change the string handed out.
+func TestRawCaptureResultCopiesNothing(t *testing.T) {
+	for _, tail := range []bool{false, true} {
+		r := NewRawCapture(1 << 20)
+		if tail {
+			r = NewRawCaptureTail(1 << 20)
+		}
+		chunk := []byte(strings.Repeat("a", 64<<10))
+		for i := 0; i < 16; i++ {
+			r.Write(chunk)
+		}
+		var out string
+		allocs := testing.AllocsPerRun(1, func() { out, _ = r.Result() })
+		if allocs != 0 {
+			t.Errorf("tail %v: Result allocated %v times for 1 MiB of valid UTF-8; want none", tail, allocs)
+		}
+		r.Write([]byte(strings.Repeat("b", 64<<10)))
+		if len(out) != 1<<20 || strings.Count(out, "a") != 1<<20 {
+			t.Errorf("tail %v: a write after Result changed the result: %d bytes, %d of them a", tail, len(out), strings.Count(out, "a"))
+		}
+		if again, _ := r.Result(); again != out {
+			t.Errorf("tail %v: a second Result differs from the first", tail)
+		}
+	}
+}
