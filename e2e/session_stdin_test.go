@@ -187,6 +187,20 @@ func TestSessionStdin(t *testing.T) {
 		if r = cl.run(pty, "echo o''n", nil); !strings.Contains(r["stdout"].(string), "on\r\n") {
 			t.Fatalf("the pty session after stdin's end: %v", r)
 		}
+		// Keystrokes the command left unread are dropped, not read by
+		// the shell as its next command line.
+		planted := filepath.Join(t.TempDir(), "planted")
+		x = cl.runStarted(pty, "read -r k; echo got:$k", msg{"stdin": true})
+		cl.send(msg{"kind": "stdin", "execution": x, "data": "one\rtouch " + q(planted) + "\r"})
+		if r = cl.read(30 * time.Second); !strings.Contains(r["stdout"].(string), "got:one") {
+			t.Fatalf("pty session's stdin: %v", r)
+		}
+		if r = cl.run(pty, "echo o''k", nil); !strings.Contains(r["stdout"].(string), "ok\r\n") {
+			t.Fatalf("the pty session after unread keystrokes: %v", r)
+		}
+		if _, err := os.Stat(planted); err == nil {
+			t.Fatalf("the shell ran the keystrokes its command left unread")
+		}
 
 		// close while a command waits for its stdin: no FIFO is left.
 		x = cl.runStarted(name, "cat", msg{"stdin": true})

@@ -85,6 +85,7 @@ type statusMsg struct {
 	nonce  string
 	code   int
 	opened bool // "<nonce> o": the shell opened the command's stdin FIFO
+	keys   bool // "<nonce> k": the command ended; the shell waits until relayd drops its unread keystrokes
 }
 
 // router sends a shell's output to the capture of the command that runs,
@@ -310,9 +311,9 @@ func (sh *shell) readStatus(pid int, log zerolog.Logger) {
 			continue
 		}
 		nonce, code, ok := strings.Cut(strings.TrimSuffix(string(buf[:n]), "\n"), " ")
-		m := statusMsg{nonce: nonce, opened: code == "o"}
+		m := statusMsg{nonce: nonce, opened: code == "o", keys: code == "k"}
 		c, err := strconv.Atoi(code)
-		if !ok || !m.opened && (err != nil || c < 0 || c > 255) {
+		if !ok || !m.opened && !m.keys && (err != nil || c < 0 || c > 255) {
 			continue
 		}
 		m.code = c
@@ -461,7 +462,7 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 		in = fifo.path()
 	}
 	_ = subj.Stdin.SetWriteDeadline(time.Now().Add(s.cfg.TeardownTimeout))
-	if _, err := io.WriteString(subj.Stdin, sh.line(req, nonce, in)); err != nil {
+	if _, err := io.WriteString(subj.Stdin, sh.line(req, nonce, in, c.ex.in != nil && sh.screen != nil)); err != nil {
 		// The shell does not read: the session cannot go on.
 		res.Termination, res.ExitCode, res.SessionEnded = protocol.FrameworkTimeout, protocol.ExitFramework, true
 		res.Detail = "the shell did not take the command: " + err.Error()
@@ -493,6 +494,10 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 					c.ex.in.start(fifo.f)
 				}
 				opened = true
+				continue
+			}
+			if m.keys {
+				sh.dropKeys(c.ex, subj)
 				continue
 			}
 			res.ExitCode = m.code
@@ -548,6 +553,10 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 				if fifo != nil {
 					fifo.close()
 				}
+				continue
+			}
+			if m.keys {
+				sh.dropKeys(c.ex, subj)
 				continue
 			}
 			finish()
@@ -607,7 +616,13 @@ func newCommandPart(scope exec.Scope, before []exec.Member, shellM exec.Member) 
 // status, from the shell itself, on descriptor 3. With fifo (its input
 // and stdin, fifo_linux.go), the shell first says on descriptor 3 that
 // it opened it ("<nonce> o"), so that relayd ends it only once it has.
-func (sh *shell) line(req *protocol.Execute, nonce, fifo string) string {
+//
+// With keys (a pty session's command with stdin), the shell says once
+// the script ended ("<nonce> k") and waits for relayd's word on
+// descriptor 3 before its status and its prompt: relayd first stops
+// typing and drops what the command left unread in the terminal, which
+// the shell would otherwise read as its next command line.
+func (sh *shell) line(req *protocol.Execute, nonce, fifo string, keys bool) string {
 	var b strings.Builder
 	b.WriteString("__relayd_s=")
 	b.WriteString(shQuote(req.Script))
@@ -626,9 +641,14 @@ func (sh *shell) line(req *protocol.Execute, nonce, fifo string) string {
 		// command keeps it from exiting (dash: status 2, state kept).
 		eval, printf = "command eval", "printf"
 	}
-	if fifo != "" {
+	switch {
+	case fifo != "":
 		fmt.Fprintf(&b, "; { %s '%s o\\n' >&3; %s \"$__relayd_s\" 3>&-; } <%s", printf, nonce, eval, shQuote(fifo))
-	} else {
+	case keys:
+		fmt.Fprintf(&b, "; { %s \"$__relayd_s\"; }%s 3>&-; __relayd_e=$?; %s '%s k\\n' >&3; read -r __relayd_k <&3", eval, in, printf, nonce)
+		fmt.Fprintf(&b, "; %s '%s %%d\\n' \"$__relayd_e\" >&3\n", printf, nonce)
+		return b.String()
+	default:
 		fmt.Fprintf(&b, "; { %s \"$__relayd_s\"; }%s 3>&-", eval, in)
 	}
 	fmt.Fprintf(&b, "; %s '%s %%d\\n' \"$?\" >&3\n", printf, nonce)
@@ -644,11 +664,18 @@ type keys struct {
 	timeout time.Duration
 	shell   int // the shell's pid
 	ready   sync.Once
+	closed  atomic.Bool
+	mu      sync.Mutex // held by a write under way
 }
 
 func (k *keys) Write(p []byte) (int, error) {
 	k.ready.Do(func() { readlineLeft(k.tty, k.shell, cutLimit) })
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	_ = k.tty.SetWriteDeadline(time.Now().Add(k.timeout))
+	if k.closed.Load() { // after the deadline is set: a Close since cuts the write short
+		return 0, os.ErrClosed
+	}
 	return k.tty.Write(p)
 }
 
@@ -676,8 +703,33 @@ func readlineLeft(tty *os.File, shell int, limit time.Duration) {
 	}
 }
 
+// Close cuts a write under way short and returns once it returned:
+// nothing is typed after it.
 func (k *keys) Close() error {
-	return k.tty.SetWriteDeadline(time.Now())
+	k.closed.Store(true)
+	err := k.tty.SetWriteDeadline(time.Now())
+	k.mu.Lock()
+	k.mu.Unlock() //nolint:staticcheck // an empty critical section: the write under way has returned
+	return err
+}
+
+// dropKeys answers a pty session's "<nonce> k": the command's stdin ends
+// (no keystroke is typed from now on), what it left unread in the
+// terminal is flushed (TCIFLUSH on a replica opened from the master),
+// and the waiting shell is told to go on.
+func (sh *shell) dropKeys(ex *execution, subj *exec.Subject) {
+	ex.in.stop()
+	if rc, err := subj.Stdin.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) {
+			peer, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC)
+			if errno != 0 {
+				return
+			}
+			_ = unix.IoctlSetInt(int(peer), unix.TCFLSH, unix.TCIFLUSH)
+			unix.Close(int(peer))
+		})
+	}
+	_, _ = sh.status.Write([]byte("\n"))
 }
 
 // shQuote quotes s for a POSIX shell: in single quotes, each ' as '\”.
