@@ -679,6 +679,16 @@ func (k *keys) Write(p []byte) (int, error) {
 	return k.tty.Write(p)
 }
 
+// Close cuts a write under way short and returns once it returned:
+// nothing is typed after it.
+func (k *keys) Close() error {
+	k.closed.Store(true)
+	err := k.tty.SetWriteDeadline(time.Now())
+	k.mu.Lock()
+	k.mu.Unlock() //nolint:staticcheck // an empty critical section: the write under way has returned
+	return err
+}
+
 // readlineLeft waits, at most limit, until the shell's line editor gave
 // the terminal up for the command line it read: the terminal is canonical
 // again, or a job of the command holds its foreground. Keys typed before
@@ -701,16 +711,6 @@ func readlineLeft(tty *os.File, shell int, limit time.Duration) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-}
-
-// Close cuts a write under way short and returns once it returned:
-// nothing is typed after it.
-func (k *keys) Close() error {
-	k.closed.Store(true)
-	err := k.tty.SetWriteDeadline(time.Now())
-	k.mu.Lock()
-	k.mu.Unlock() //nolint:staticcheck // an empty critical section: the write under way has returned
-	return err
 }
 
 // dropKeys answers a pty session's "<nonce> k": the command's stdin ends
