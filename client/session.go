@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"io"
 	"math"
 	"time"
 )
@@ -35,13 +36,28 @@ type Session struct {
 	Name  string // "s-N"
 	Shell string
 	Cwd   string // the shell's directory when it opened
+	pty   bool   // opened here with a terminal: Stdin is keystrokes
 }
 
 // RunOptions configure Session.Run.
 type RunOptions struct {
-	Timeout        time.Duration // the command's deadline: Ctrl-C, then its processes are settled
-	Input          []byte        // the command's stdin (bash; no NUL); nil: /dev/null
-	MaxOutputBytes int64         // at most this much of stdout and of stderr each
+	Timeout time.Duration // the command's deadline: Ctrl-C, then its processes are settled
+	// Input is the command's stdin, which then closes (unless Stdin is
+	// set); nil: /dev/null. With a pty, it needs bash and no NUL.
+	Input          []byte
+	MaxOutputBytes int64 // at most this much of stdout and of stderr each
+	// Output, when set, asks for live output (stream), as Request.Output:
+	// called from the connection's reader for each chunk, in order, every
+	// one before Run returns; with a pty its Stream is "pty".
+	Output func(Output)
+	// Started, when set, is called with relayd's execution id once the
+	// command runs (with Output or Stdin only).
+	Started func(execution string)
+	// Stdin, when set, is copied to the command's stdin after Input, as
+	// Request.Stdin, until it returns EOF; the command then reads its end
+	// of file. In a session opened here with a pty it is keystrokes into
+	// the terminal, sent as they come, and its EOF types nothing.
+	Stdin io.Reader
 }
 
 // Closed is relayd's answer to Session.Close.
@@ -86,7 +102,7 @@ func (c *Conn) OpenSession(ctx context.Context, o SessionOptions) (*Session, err
 	if err := c.roundTrip(ctx, msg, &call{want: kindOpened, into: &r}, c.cfg.bound(c.cfg.ReplyTimeout)); err != nil {
 		return nil, err
 	}
-	return &Session{c: c, Name: r.Session, Shell: r.Shell, Cwd: r.Cwd}, nil
+	return &Session{c: c, Name: r.Session, Shell: r.Shell, Cwd: r.Cwd, pty: o.Pty != nil}, nil
 }
 
 // Session is the open session name, to be used through this connection.
@@ -120,11 +136,27 @@ func (s *Session) Run(ctx context.Context, script string, o RunOptions) (Execute
 	if o.MaxOutputBytes > 0 {
 		msg["maxOutputBytes"] = o.MaxOutputBytes
 	}
+	if o.Output != nil {
+		msg["stream"] = true
+	}
+	started := o.Started
+	var pump *stdinPump
+	if o.Stdin != nil {
+		msg["stdin"] = true
+		pump = &stdinPump{c: s.c, r: o.Stdin, keys: s.pty}
+		started = func(x string) {
+			pump.begin(x)
+			if o.Started != nil {
+				o.Started(x)
+			}
+		}
+	}
 	wait := time.Duration(math.MaxInt64)
 	if o.Timeout > 0 && o.Timeout < wait-2*s.c.cfg.TeardownTimeout-settleSlack {
 		wait = o.Timeout + 2*s.c.cfg.TeardownTimeout + settleSlack
 	}
-	err := s.c.roundTrip(ctx, msg, &call{want: kindExecuted, into: &e}, s.c.cfg.bound(wait))
+	err := s.c.roundTrip(ctx, msg, &call{want: kindExecuted, into: &e, output: o.Output, started: started}, s.c.cfg.bound(wait))
+	pump.end()
 	return e, err
 }
 

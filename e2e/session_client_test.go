@@ -1,8 +1,13 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,5 +47,44 @@ func TestSessionGoClient(t *testing.T) {
 	}
 	if _, err := other.Run(ctx, "true", relayd.RunOptions{}); !errors.Is(err, relayd.ErrNotFound) {
 		t.Fatalf("Run in a closed session: %v; want ErrNotFound", err)
+	}
+}
+
+// TestSessionGoClientStreamStdin: RunOptions.Output gets a session
+// command's live output, every chunk before Run returns, and
+// RunOptions.Stdin feeds it, bytes of every value and NULs included.
+func TestSessionGoClientStreamStdin(t *testing.T) {
+	d := startRelayd(t, opts{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := d.goClient()
+	sh, err := c.OpenSession(ctx, relayd.SessionOptions{Shell: "sh"})
+	if err != nil {
+		t.Fatalf("OpenSession: %v", err)
+	}
+	data := make([]byte, 1<<20)
+	for i := range data {
+		data[i] = byte(i * 13)
+	}
+	sum := sha256.Sum256(data)
+	var streamed strings.Builder
+	var started string
+	var returned atomic.Bool
+	r, err := sh.Run(ctx, "sha256sum; echo e >&2", relayd.RunOptions{
+		Stdin:   bytes.NewReader(data),
+		Started: func(x string) { started = x },
+		Output: func(o relayd.Output) {
+			if returned.Load() {
+				t.Errorf("output after Run returned: %+v", o)
+			}
+			if o.Stream == "stdout" {
+				streamed.WriteString(o.Data)
+			}
+		},
+	})
+	returned.Store(true)
+	want := hex.EncodeToString(sum[:]) + "  -\n"
+	if err != nil || r.ExitCode != 0 || r.Stdout != want || streamed.String() != want || r.Stderr != "e\n" || started != r.Execution {
+		t.Fatalf("Run: %+v, %v; streamed %q, started %q", r, err, streamed.String(), started)
 	}
 }

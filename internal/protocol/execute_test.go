@@ -346,3 +346,16 @@ func TestAttach(t *testing.T) {
 		}
 	}
 }
+
+// A session's command takes stream, stdin and input as any execute does
+// (section 4.7: "input and stdin feed the command"), NUL bytes included:
+// what a pty session cannot take is refused where the session is known.
+func TestSessionCommandStreamStdin(t *testing.T) {
+	x, e := decodeExecute(t, `{"kind":"execute","session":"s-1","script":"cat","stream":true,"stdin":true,"input":"AAE=","inputEncoding":"base64"}`)
+	if e != nil {
+		t.Fatalf("got %v; want a session's execute with stream, stdin and input", e)
+	}
+	if !x.Stream || !x.Stdin || !x.HasInput || string(x.Input) != "\x00\x01" || x.Session != "s-1" {
+		t.Fatalf("got %+v", x)
+	}
+}

@@ -76,7 +76,9 @@ func (m *Message) sessionScript(x *Execute) *Error {
 
 // sessionFields refuses what a session's command cannot have: what only
 // open sets (the shell's user, environment and limits), and what a
-// session does not serve yet.
+// session does not serve. "stream", "input" and "stdin" are served as for
+// any execute; what a pty session cannot take is refused where the
+// session is known (sessionCommand).
 func sessionFields(x *Execute) *Error {
 	if x.Session == "" {
 		return nil
@@ -94,8 +96,6 @@ func sessionFields(x *Execute) *Error {
 		return badExecute(`"resultToken" cannot be combined with "session"`)
 	case x.DetachMs > 0:
 		return badExecute(`"detachMs" cannot be combined with "session": a session outlives its connection by itself`)
-	case x.Stream, x.Stdin:
-		return badExecute(`"stream" and "stdin" are not served for a session's command: give "input" (or, with a pty, read and type)`)
 	case x.Pty != nil:
 		return badExecute(`"pty" of a session is set by open`)
 	case x.Limits != nil:
@@ -104,8 +104,6 @@ func sessionFields(x *Execute) *Error {
 		return badExecute(`"onExit" cannot be combined with "session": what a command leaves is in its survivors, and close settles it`)
 	case !x.CaptureStdout:
 		return badExecute(`"captureStdout" cannot be false for a session's command`)
-	case strings.IndexByte(string(x.Input), 0) >= 0:
-		return badExecute(`"input" of a session's command cannot hold a NUL byte: the shell passes it as a string`)
 	}
 	return nil
 }

@@ -128,6 +128,7 @@ type Server struct {
 
 	shells   map[string]*shell // open shell sessions by name (shell.go), under mu
 	shellSeq uint64            // the last session's number, under mu
+	swept    sync.Once         // FIFOs of killed relayds removed (fifo_linux.go)
 }
 
 // New returns a Server. It picks the first execution number so that

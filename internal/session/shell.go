@@ -82,8 +82,10 @@ type command struct {
 }
 
 type statusMsg struct {
-	nonce string
-	code  int
+	nonce  string
+	code   int
+	opened bool // "<nonce> o": the shell opened the command's stdin FIFO
+	keys   bool // "<nonce> k": the command ended; the shell waits until relayd drops its unread keystrokes
 }
 
 // router sends a shell's output to the capture of the command that runs,
@@ -309,12 +311,14 @@ func (sh *shell) readStatus(pid int, log zerolog.Logger) {
 			continue
 		}
 		nonce, code, ok := strings.Cut(strings.TrimSuffix(string(buf[:n]), "\n"), " ")
+		m := statusMsg{nonce: nonce, opened: code == "o", keys: code == "k"}
 		c, err := strconv.Atoi(code)
-		if !ok || err != nil || c < 0 || c > 255 {
+		if !ok || !m.opened && !m.keys && (err != nil || c < 0 || c > 255) {
 			continue
 		}
+		m.code = c
 		select {
-		case sh.msgs <- statusMsg{nonce, c}:
+		case sh.msgs <- m:
 		default: // nobody waits for so many: dropped
 		}
 	}
@@ -410,8 +414,24 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 	}
 	nonce := newNonce()
 	out := newOutput(req, s.cfg.MaxStdoutBytes, s.cfg.MaxStderrBytes)
-	sh.stdout.to(out)
-	sh.stderr.to(out.stderr)
+	stdout, stderr := out.writers(c.ex.stream)
+	var fifo *stdinFifo
+	if c.ex.in != nil && sh.screen == nil {
+		s.swept.Do(sweepFifos)
+		var err error
+		if fifo, err = newStdinFifo(sh.ex.user); err != nil {
+			c.ex.in.stop()
+			res.Termination, res.ExitCode = protocol.FrameworkTimeout, protocol.ExitFramework
+			res.Detail = "the command's stdin could not be made: " + err.Error()
+			out.fill(&res, "", true)
+			return res, st, false, ""
+		}
+		defer fifo.remove()
+	}
+	defer c.ex.in.stop() // what is not written when the command ends is dropped
+	c.ex.announce()
+	sh.stdout.to(stdout)
+	sh.stderr.to(stderr)
 	defer func() {
 		sh.stdout.to(nil)
 		sh.stderr.to(nil)
@@ -437,14 +457,23 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 	if sh.screen != nil {
 		typeable(subj.Stdin, cutLimit)
 	}
+	in := ""
+	if fifo != nil {
+		in = fifo.path()
+	}
 	_ = subj.Stdin.SetWriteDeadline(time.Now().Add(s.cfg.TeardownTimeout))
-	if _, err := io.WriteString(subj.Stdin, sh.line(req, nonce)); err != nil {
+	if _, err := io.WriteString(subj.Stdin, sh.line(req, nonce, in, c.ex.in != nil && sh.screen != nil)); err != nil {
 		// The shell does not read: the session cannot go on.
 		res.Termination, res.ExitCode, res.SessionEnded = protocol.FrameworkTimeout, protocol.ExitFramework, true
 		res.Detail = "the shell did not take the command: " + err.Error()
 		finish()
 		return res, st, false, "the shell did not take a command"
 	}
+	if c.ex.in != nil && sh.screen != nil {
+		// With a pty, stdin is keystrokes, typed once the command line is.
+		c.ex.in.start(&keys{tty: subj.Stdin, timeout: s.cfg.WriteTimeout, shell: subj.PID})
+	}
+	opened := false // the shell said it opened the FIFO
 	var deadline <-chan time.Time
 	if req.TimeoutMs > 0 {
 		t := time.NewTimer(time.Duration(req.TimeoutMs) * time.Millisecond)
@@ -456,6 +485,19 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 		select {
 		case m := <-sh.msgs:
 			if m.nonce != nonce {
+				continue
+			}
+			if m.opened {
+				// The shell holds the FIFO open for the script: what is
+				// written, and the end of file, reach it.
+				if fifo != nil && !opened {
+					c.ex.in.start(fifo.f)
+				}
+				opened = true
+				continue
+			}
+			if m.keys {
+				sh.dropKeys(c.ex, subj)
 				continue
 			}
 			res.ExitCode = m.code
@@ -478,7 +520,17 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 	}
 	// The framework's end of the command: Ctrl-C to its processes, then
 	// they are settled; the shell and what earlier commands left live on.
+	// Its stdin ends first: a builtin that reads it (read) returns. A
+	// FIFO the shell did not open yet is unlinked, so that it opens
+	// nothing (or what it resolved already, while relayd still holds it
+	// open), and closed once the shell says it opened it.
 	c.ex.log.Info().Str("reason", reason).Msg("interrupting the command")
+	c.ex.in.stop()
+	if fifo != nil && opened {
+		fifo.close()
+	} else if fifo != nil {
+		fifo.unlink()
+	}
 	part := newCommandPart(scope, before, shellM)
 	r := teardown.Stop(s.destroyCtx, part, teardown.Budget{Grace: s.cfg.TermGrace, Timeout: s.cfg.TeardownTimeout,
 		Destroy: s.cfg.Destroy, First: syscall.SIGINT})
@@ -495,6 +547,16 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 		select {
 		case m := <-sh.msgs:
 			if m.nonce != nonce {
+				continue
+			}
+			if m.opened {
+				if fifo != nil {
+					fifo.close()
+				}
+				continue
+			}
+			if m.keys {
+				sh.dropKeys(c.ex, subj)
 				continue
 			}
 			finish()
@@ -551,8 +613,16 @@ func newCommandPart(scope exec.Scope, before []exec.Member, shellM exec.Member) 
 
 // line is the one command the shell reads for req: its script eval'ed
 // with stdin /dev/null (or its input) and descriptor 3 closed, then the
-// status, from the shell itself, on descriptor 3.
-func (sh *shell) line(req *protocol.Execute, nonce string) string {
+// status, from the shell itself, on descriptor 3. With fifo (its input
+// and stdin, fifo_linux.go), the shell first says on descriptor 3 that
+// it opened it ("<nonce> o"), so that relayd ends it only once it has.
+//
+// With keys (a pty session's command with stdin), the shell says once
+// the script ended ("<nonce> k") and waits for relayd's word on
+// descriptor 3 before its status and its prompt: relayd first stops
+// typing and drops what the command left unread in the terminal, which
+// the shell would otherwise read as its next command line.
+func (sh *shell) line(req *protocol.Execute, nonce, fifo string, keys bool) string {
 	var b strings.Builder
 	b.WriteString("__relayd_s=")
 	b.WriteString(shQuote(req.Script))
@@ -560,7 +630,7 @@ func (sh *shell) line(req *protocol.Execute, nonce string) string {
 	if sh.screen != nil {
 		in = "" // on a terminal, the command reads it, as typed
 	}
-	if req.HasInput {
+	if req.HasInput && fifo == "" {
 		b.WriteString("; __relayd_i=")
 		b.WriteString(shQuote(string(req.Input)))
 		in = ` < <(printf %s "$__relayd_i")`
@@ -571,8 +641,95 @@ func (sh *shell) line(req *protocol.Execute, nonce string) string {
 		// command keeps it from exiting (dash: status 2, state kept).
 		eval, printf = "command eval", "printf"
 	}
-	fmt.Fprintf(&b, "; { %s \"$__relayd_s\"; }%s 3>&-; %s '%s %%d\\n' \"$?\" >&3\n", eval, in, printf, nonce)
+	switch {
+	case fifo != "":
+		fmt.Fprintf(&b, "; { %s '%s o\\n' >&3; %s \"$__relayd_s\" 3>&-; } <%s", printf, nonce, eval, shQuote(fifo))
+	case keys:
+		fmt.Fprintf(&b, "; { %s \"$__relayd_s\"; }%s 3>&-; __relayd_e=$?; %s '%s k\\n' >&3; read -r __relayd_k <&3", eval, in, printf, nonce)
+		fmt.Fprintf(&b, "; %s '%s %%d\\n' \"$__relayd_e\" >&3\n", printf, nonce)
+		return b.String()
+	default:
+		fmt.Fprintf(&b, "; { %s \"$__relayd_s\"; }%s 3>&-", eval, in)
+	}
+	fmt.Fprintf(&b, "; %s '%s %%d\\n' \"$?\" >&3\n", printf, nonce)
 	return b.String()
+}
+
+// keys writes a pty session's command's stdin into its terminal, as
+// keystrokes, each write bounded by --write-timeout. Its end of file
+// ends the keystrokes, not the terminal: Close only cuts a write short
+// (type Ctrl-D, "\u0004", for a program's end of file).
+type keys struct {
+	tty     *os.File
+	timeout time.Duration
+	shell   int // the shell's pid
+	ready   sync.Once
+	closed  atomic.Bool
+	mu      sync.Mutex // held by a write under way
+}
+
+func (k *keys) Write(p []byte) (int, error) {
+	k.ready.Do(func() { readlineLeft(k.tty, k.shell, cutLimit) })
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_ = k.tty.SetWriteDeadline(time.Now().Add(k.timeout))
+	if k.closed.Load() { // after the deadline is set: a Close since cuts the write short
+		return 0, os.ErrClosed
+	}
+	return k.tty.Write(p)
+}
+
+// Close cuts a write under way short and returns once it returned:
+// nothing is typed after it.
+func (k *keys) Close() error {
+	k.closed.Store(true)
+	err := k.tty.SetWriteDeadline(time.Now())
+	k.mu.Lock()
+	k.mu.Unlock() //nolint:staticcheck // an empty critical section: the write under way has returned
+	return err
+}
+
+// readlineLeft waits, at most limit, until the shell's line editor gave
+// the terminal up for the command line it read: the terminal is canonical
+// again, or a job of the command holds its foreground. Keys typed before
+// would be the editor's: it reads ahead what waits, for the next prompt.
+func readlineLeft(tty *os.File, shell int, limit time.Duration) {
+	rc, err := tty.SyscallConn()
+	if err != nil {
+		return
+	}
+	deadline := time.Now().Add(limit)
+	for {
+		left := false
+		_ = rc.Control(func(fd uintptr) {
+			t, err := unix.IoctlGetTermios(int(fd), unix.TCGETS)
+			pg, perr := unix.IoctlGetInt(int(fd), unix.TIOCGPGRP)
+			left = err == nil && t.Lflag&unix.ICANON != 0 || perr == nil && pg != shell
+		})
+		if left || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// dropKeys answers a pty session's "<nonce> k": the command's stdin ends
+// (no keystroke is typed from now on), what it left unread in the
+// terminal is flushed (TCIFLUSH on a replica opened from the master),
+// and the waiting shell is told to go on.
+func (sh *shell) dropKeys(ex *execution, subj *exec.Subject) {
+	ex.in.stop()
+	if rc, err := subj.Stdin.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) {
+			peer, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC)
+			if errno != 0 {
+				return
+			}
+			_ = unix.IoctlSetInt(int(peer), unix.TCFLSH, unix.TCIFLUSH)
+			unix.Close(int(peer))
+		})
+	}
+	_, _ = sh.status.Write([]byte("\n"))
 }
 
 // shQuote quotes s for a POSIX shell: in single quotes, each ' as '\”.
@@ -593,6 +750,18 @@ func (s *Server) startCommand(cn *conn, sh *shell, req *protocol.Execute, reqID 
 	ex := &execution{id: s.newExecutionID(), reqID: reqID, req: req, stopCh: make(chan string, 1),
 		done: make(chan protocol.Executed, 1), finished: make(chan struct{}), owner: cn, ownerID: reqID, began: time.Now()}
 	ex.log = log.With().Str("execution", ex.id).Str("session", sh.name).Logger()
+	if req.Stdin || req.HasInput && sh.screen == nil {
+		ex.in = newStdinFeed(s.cfg.MaxStdinBuffer)
+		if req.HasInput {
+			ex.in.push(req.Input, !req.Stdin)
+		}
+	}
+	if req.Stream {
+		ex.stream = newStreamer(ex)
+		if sh.screen != nil {
+			ex.stream.names[0], ex.stream.eager = "pty", true // as a pty execution's (stream.go)
+		}
+	}
 	s.track(ex)
 	go func() {
 		c := &command{ex: ex, reply: make(chan protocol.Executed, 1)}
@@ -605,6 +774,10 @@ func (s *Server) startCommand(cn *conn, sh *shell, req *protocol.Execute, reqID 
 				ExitCode: protocol.ExitFramework, Settlement: protocol.SettleNone, Survivors: []protocol.Survivor{},
 				Scope: protocol.ScopeInfo{Mechanism: s.cfg.Mechanism}, Diagnostic: protocol.NoneDiagnostic(), SessionEnded: true,
 				Detail: "the session ended before the command ran"}
+		}
+		ex.in.stop()
+		if ex.stream != nil {
+			ex.stream.close() // every output message goes before the reply
 		}
 		sh.busy.Store(false)
 		ex.done <- res
@@ -693,8 +866,15 @@ func (cn *conn) sessionCommand(msg *protocol.Message, req *protocol.Execute, ign
 	case sh == nil:
 		cn.refuse(msg.ID, ignored, protocol.CatNotFound, `execute: no open session has that name ("session", from an opened reply)`)
 		return
-	case req.HasInput && sh.kind != protocol.ShellBash:
-		cn.refuse(msg.ID, ignored, protocol.CatBadRequest, `execute: "input" needs a bash session`)
+	case req.HasInput && sh.screen != nil && sh.kind != protocol.ShellBash:
+		cn.refuse(msg.ID, ignored, protocol.CatBadRequest, `execute: "input" of a pty session's command needs a bash session`)
+		return
+	case req.HasInput && sh.screen != nil && strings.IndexByte(string(req.Input), 0) >= 0:
+		cn.refuse(msg.ID, ignored, protocol.CatBadRequest, `execute: "input" of a pty session's command cannot hold a NUL byte: the shell passes it as a string`)
+		return
+	case req.HasInput && req.Stdin && sh.screen != nil:
+		cn.refuse(msg.ID, ignored, protocol.CatBadRequest,
+			`execute: "input" and "stdin" together need a session without a pty: with a pty, "stdin" is keystrokes into the terminal, "input" a string the command reads instead`)
 		return
 	case sh.screen != nil && !sh.backAtPrompt():
 		cn.refuse(msg.ID, ignored, protocol.CatBusy,
@@ -712,6 +892,7 @@ func (cn *conn) sessionCommand(msg *protocol.Message, req *protocol.Execute, ign
 	}
 	req.CaptureStderr = sh.screen == nil // with a pty, one stream
 	cn.cur, cn.curID, cn.curIgnored = cn.srv.startCommand(cn, sh, req, msg.ID, cn.log), msg.ID, req.Ignored
+	cn.paused = cn.cur.in.full()
 }
 
 // maxReads bounds the reads that wait at once on one connection, each a

@@ -1,7 +1,7 @@
 package session
 
 import (
-	"os"
+	"io"
 	"sync"
 )
 
@@ -18,12 +18,12 @@ type stdinFeed struct {
 
 	mu      sync.Mutex
 	queue   [][]byte
-	queued  int           // bytes in queue, and in the write under way
-	eof     bool          // the last bytes were pushed: stdin closes once they are written
-	done    bool          // stdin is closed, by eof, by the subject, or by stop: nothing more is written
-	w       *os.File      // the pipe's write end, once the subject runs
-	wake    chan struct{} // buffered 1: the writer has something to look at
-	roomFor chan struct{} // closed once queued is under limit or done; nil when nobody waits
+	queued  int            // bytes in queue, and in the write under way
+	eof     bool           // the last bytes were pushed: stdin closes once they are written
+	done    bool           // stdin is closed, by eof, by the subject, or by stop: nothing more is written
+	w       io.WriteCloser // the pipe's write end (a session's FIFO, or its terminal), once the subject runs
+	wake    chan struct{}  // buffered 1: the writer has something to look at
+	roomFor chan struct{}  // closed once queued is under limit or done; nil when nobody waits
 }
 
 func newStdinFeed(limit int) *stdinFeed {
@@ -72,7 +72,7 @@ func (f *stdinFeed) full() (space <-chan struct{}) {
 
 // start hands the feed the subject's stdin and starts its writer, which
 // ends when stdin is closed.
-func (f *stdinFeed) start(w *os.File) {
+func (f *stdinFeed) start(w io.WriteCloser) {
 	f.mu.Lock()
 	f.w = w
 	f.signal()

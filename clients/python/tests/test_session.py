@@ -5,10 +5,13 @@ connection, close (sync and async)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import io
 import os
 import unittest
+from typing import List
 
-from relayd_client import AsyncClient, BusyError, Client, NotFoundError
+from relayd_client import AsyncClient, BusyError, Client, NotFoundError, Output
 from relayd_fixture import RelaydTest, alive, read_pid
 
 
@@ -79,6 +82,35 @@ class SessionTest(RelaydTest):
                     self.assertEqual((await sh.run("echo ok")).stdout, "ok\n")
                     closed = await sh.close()
                     self.assertEqual((closed["kind"], closed["settlement"]), ("closed", "settled"), closed)
+
+        asyncio.run(main())
+
+    def test_session_stream_stdin(self) -> None:
+        """A session's command streams its output (every chunk before the
+        reply) and reads stdin, bytes of every value and NULs included."""
+        d = self.relayd()
+        data = bytes(i * 7 % 256 for i in range(1 << 20)) + b"\0\0end"
+        want = hashlib.sha256(data).hexdigest() + "  -\n"
+        with Client(d.addr, d.token) as c, c.session(shell="sh") as sh:
+            chunks: List[Output] = []
+            names: List[str] = []
+            r = sh.run("sha256sum; echo e >&2", stream=True, stdin=io.BytesIO(data),
+                       on_output=chunks.append, on_started=names.append)
+            self.assertEqual((r.exit_code, r.stdout, r.stderr, names), (0, want, "e\n", [r.execution]), r)
+            self.assertEqual("".join(o.data for o in chunks if o.stream == "stdout"), want)
+            r = sh.run("cat", input=b"a\0b")
+            self.assertEqual(r.stdout, "a\0b", r)
+
+    def test_async_session_stream_stdin(self) -> None:
+        d = self.relayd()
+
+        async def main() -> None:
+            async with AsyncClient(d.addr, d.token) as c:
+                async with await c.session() as sh:
+                    chunks: List[Output] = []
+                    r = await sh.run("cat; echo .", stream=True, stdin=[b"one ", b"two"], on_output=chunks.append)
+                    self.assertEqual((r.exit_code, r.stdout), (0, "one two.\n"), r)
+                    self.assertEqual("".join(o.data for o in chunks), "one two.\n")
 
         asyncio.run(main())
 

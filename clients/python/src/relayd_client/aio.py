@@ -195,6 +195,12 @@ class AsyncClient:
             max_output_bytes=max_output_bytes, output_keep=output_keep, pty=pty, limits=limits,
         )
         wait = _wire.execute_wait(timeout_ms, self.teardown_budget, timeout)
+        return await self._execute(msg, wait, stdin, on_output, on_started)
+
+    async def _execute(self, msg: Dict[str, Any], wait: Optional[float], stdin: Optional[AsyncStdinSource],
+                       on_output: Optional[OnOutput], on_started: Optional[OnStarted]) -> Executed:
+        """Sends an execute (a session's too) and waits for its executed
+        reply, with a task that sends stdin meanwhile."""
         if stdin is None:
             r = await self._call(msg, "executed", wait, on_output, on_started)
             assert isinstance(r, Executed)
@@ -633,12 +639,15 @@ class AsyncSession:
                 pass
 
     async def run(self, script: str, *, timeout_ms: Optional[int] = None, input: Union[str, bytes, None] = None,
-                  max_output_bytes: Optional[int] = None, timeout: Optional[float] = None) -> Executed:
-        """Session.run(), awaited."""
+                  max_output_bytes: Optional[int] = None, timeout: Optional[float] = None,
+                  stream: Optional[bool] = None, stdin: Optional[AsyncStdinSource] = None,
+                  on_output: Optional[OnOutput] = None, on_started: Optional[OnStarted] = None) -> Executed:
+        """Session.run(), awaited; ``stdin`` as AsyncClient.execute's."""
         msg = _wire.run_message(self.name, script, timeout_ms, input, max_output_bytes)
+        if stream is not None:
+            msg["stream"] = stream
         wait = _wire.execute_wait(timeout_ms, 2 * self.client.teardown_budget, timeout)
-        r = await self.client._call(msg, "executed", wait)
-        assert isinstance(r, Executed)
+        r = await self.client._execute(msg, wait, stdin, on_output, on_started)
         if r.cwd:
             self.cwd = r.cwd
         return r

@@ -737,16 +737,33 @@ class Session:
                 pass  # already closed (the shell exited)
 
     def run(self, script: str, *, timeout_ms: Optional[int] = None, input: Union[str, bytes, None] = None,
-            max_output_bytes: Optional[int] = None, timeout: Optional[float] = None) -> Executed:
+            max_output_bytes: Optional[int] = None, timeout: Optional[float] = None,
+            stream: Optional[bool] = None, stdin: Optional[StdinSource] = None, stdin_open: bool = False,
+            on_output: Optional[OnOutput] = None, on_started: Optional[OnStarted] = None) -> Executed:
         """Run ``script`` in the shell as if typed at its prompt (several
         lines, heredocs, cd, export, source, functions). ``exit_code`` is
         the command's own (2 for a syntax error); stdout and stderr come
         apart. ``timeout_ms`` interrupts it (Ctrl-C, then its processes
         are settled; the shell and earlier background jobs live on).
-        ``input`` is its stdin (no NUL)."""
+        ``input`` is its stdin (with a pty: bash, and no NUL).
+        ``stream``, ``stdin``, ``stdin_open``, ``on_output`` and
+        ``on_started`` are as for execute(); with a pty, output chunks
+        have stream ``"pty"`` and ``stdin`` is keystrokes (its end types
+        nothing)."""
         msg = _wire.run_message(self.name, script, timeout_ms, input, max_output_bytes)
+        if stream is not None:
+            msg["stream"] = stream
+        pump = None
+        if stdin_open:
+            if stdin is not None:
+                raise TypeError("run: stdin= and stdin_open=True exclude each other")
+            msg["stdin"] = True
+        if stdin is not None:
+            _wire.check_stdin(stdin)
+            msg["stdin"] = True
+            pump = _StdinPump(self.client._token, _wire.stdin_pieces(stdin))
         wait = _wire.execute_wait(timeout_ms, 2 * self.client.teardown_budget, timeout)
-        r = self.client._call(msg, "executed", wait)
+        r = self.client._call(msg, "executed", wait, on_output, on_started, pump=pump)
         assert isinstance(r, Executed)
         if r.cwd:
             self.cwd = r.cwd
