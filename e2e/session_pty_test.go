@@ -165,3 +165,33 @@ func TestSessionPtyOutputAtShutdown(t *testing.T) {
 		}
 	})
 }
+
+// TestSessionPtyCommandOutput: a command's stdout on a pty session is
+// what the command printed, as the terminal shows it, and nothing of the
+// line relayd typed (its nonce), of readline's echo or of the prompt that
+// follows; the screen shows all of it. Multi-line scripts and output the
+// command prints after a long silence too.
+func TestSessionPtyCommandOutput(t *testing.T) {
+	eachScope(t, func(t *testing.T, mech string) {
+		d := startRelayd(t, opts{scope: mech})
+		cl := d.connect()
+		name := openSession(t, cl, msg{"pty": msg{"rows": 24, "cols": 80}})
+		for _, c := range []struct{ script, want string }{
+			{"echo hi", "hi\r\n"},
+			{"true", ""},
+			{"printf 'a\\nb'", "a\r\nb"},
+			{"for i in 1 2; do\necho $i\ndone", "1\r\n2\r\n"},
+			{"sleep 0.3; echo late", "late\r\n"},
+			{"echo '" + strings.Repeat("x", 150) + "'", strings.Repeat("x", 150) + "\r\n"},
+		} {
+			r := cl.run(name, c.script, nil)
+			wantExit(t, r, "exited", 0)
+			if r["stdout"] != c.want {
+				t.Fatalf("%q on a pty session: stdout %q; want %q", c.script, r["stdout"], c.want)
+			}
+		}
+		s := &term{t: t, cl: cl, name: name}
+		s.until("echo hi") // the screen shows what was typed, and the output
+		s.until("late")
+	})
+}

@@ -27,6 +27,7 @@ type drain struct {
 	eof     chan struct{} // closed when the pipe is at EOF and closed
 	reads   int           // reads made, for tests (read after eof)
 
+	tty     bool          // f is a terminal's master
 	bytes   atomic.Int64  // delivered so far (Subject.Flush on a terminal)
 	flushMu sync.Mutex    // one flush at a time
 	pendMu  sync.Mutex    // guards pend
@@ -34,8 +35,17 @@ type drain struct {
 }
 
 func newDrain(f *os.File, capture io.Writer, copy io.WriteCloser) *drain {
+	return startDrain(f, false, capture, copy)
+}
+
+// newTermDrain is newDrain of a terminal's master.
+func newTermDrain(master *os.File, capture io.Writer, copy io.WriteCloser) *drain {
+	return startDrain(master, true, capture, copy)
+}
+
+func startDrain(f *os.File, tty bool, capture io.Writer, copy io.WriteCloser) *drain {
 	d := &drain{
-		f: f, capture: capture, copy: copy,
+		f: f, tty: tty, capture: capture, copy: copy,
 		cutReq: make(chan struct{}), cutDone: make(chan struct{}), eof: make(chan struct{}),
 	}
 	go d.run()
@@ -162,9 +172,25 @@ func (d *drain) finishFlush(buf []byte) bool {
 }
 
 // readWaiting delivers what is waiting in the pipe, without waiting for more.
+// A terminal's master is read until it has nothing: the line discipline's
+// read, finding nothing, first waits for the kernel to move what the
+// replica side wrote into it (n_tty_read's tty_buffer_flush_work), which
+// TIOCINQ does not count; its descriptor is non-blocking (the poller's).
 func (d *drain) readWaiting(buf []byte) {
 	rc, err := d.f.SyscallConn()
 	if err != nil {
+		return
+	}
+	if d.tty {
+		_ = rc.Control(func(fd uintptr) {
+			for {
+				n, err := unix.Read(int(fd), buf)
+				if n <= 0 || err != nil {
+					return
+				}
+				d.deliver(buf[:n])
+			}
+		})
 		return
 	}
 	_ = rc.Control(func(fd uintptr) {

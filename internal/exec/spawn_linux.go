@@ -135,6 +135,17 @@ func (s *Subject) Flush(limit time.Duration) {
 	}
 }
 
+// FlushNow delivers what the subject wrote to its output before this
+// call, without waiting for more (a terminal too: see readWaiting), at
+// most limit; Flush waits besides for a terminal's output to go quiet.
+func (s *Subject) FlushNow(limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	s.stdout.flush(limit)
+	if s.stderr != nil {
+		s.stderr.flush(time.Until(deadline))
+	}
+}
+
 // OutputClosed is closed once both output pipes reached EOF: no process
 // holds them any more.
 func (s *Subject) OutputClosed() <-chan struct{} {
@@ -302,7 +313,7 @@ func startPty(shims *Shims, scope Scope, spec Spec) (*Subject, error) {
 		Stdin:   keys,
 		tty:     master,
 		run:     run,
-		stdout:  newDrain(master, spec.Stdout, spec.StdoutCopy),
+		stdout:  newTermDrain(master, spec.Stdout, spec.StdoutCopy),
 	}, nil
 }
 

@@ -85,7 +85,8 @@ type statusMsg struct {
 	nonce  string
 	code   int
 	opened bool // "<nonce> o": the shell opened the command's stdin FIFO
-	keys   bool // "<nonce> k": the command ended; the shell waits until relayd drops its unread keystrokes
+	begins bool // "<nonce> b": on a pty, the script begins (the typed line's echo is before)
+	keys   bool // "<nonce> k": on a pty, the command ended; the shell waits until relayd drops its unread keystrokes
 }
 
 // router sends a shell's output to the capture of the command that runs,
@@ -311,9 +312,9 @@ func (sh *shell) readStatus(pid int, log zerolog.Logger) {
 			continue
 		}
 		nonce, code, ok := strings.Cut(strings.TrimSuffix(string(buf[:n]), "\n"), " ")
-		m := statusMsg{nonce: nonce, opened: code == "o", keys: code == "k"}
+		m := statusMsg{nonce: nonce, opened: code == "o", begins: code == "b", keys: code == "k"}
 		c, err := strconv.Atoi(code)
-		if !ok || !m.opened && !m.keys && (err != nil || c < 0 || c > 255) {
+		if !ok || !m.opened && !m.begins && !m.keys && (err != nil || c < 0 || c > 255) {
 			continue
 		}
 		m.code = c
@@ -430,7 +431,9 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 	}
 	defer c.ex.in.stop() // what is not written when the command ends is dropped
 	c.ex.announce()
-	sh.stdout.to(stdout)
+	if sh.screen == nil {
+		sh.stdout.to(stdout)
+	} // else from the shell's "b" on: before it, the terminal echoes the typed line
 	sh.stderr.to(stderr)
 	defer func() {
 		sh.stdout.to(nil)
@@ -462,7 +465,7 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 		in = fifo.path()
 	}
 	_ = subj.Stdin.SetWriteDeadline(time.Now().Add(s.cfg.TeardownTimeout))
-	if _, err := io.WriteString(subj.Stdin, sh.line(req, nonce, in, c.ex.in != nil && sh.screen != nil)); err != nil {
+	if _, err := io.WriteString(subj.Stdin, sh.line(req, nonce, in)); err != nil {
 		// The shell does not read: the session cannot go on.
 		res.Termination, res.ExitCode, res.SessionEnded = protocol.FrameworkTimeout, protocol.ExitFramework, true
 		res.Detail = "the shell did not take the command: " + err.Error()
@@ -496,7 +499,15 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 				opened = true
 				continue
 			}
+			if m.begins {
+				subj.FlushNow(cutLimit)
+				sh.stdout.to(stdout)
+				_, _ = sh.status.Write([]byte("\n")) // the shell waits for it to run the script
+				continue
+			}
 			if m.keys {
+				subj.FlushNow(cutLimit)
+				sh.stdout.to(nil)
 				sh.dropKeys(c.ex, subj)
 				continue
 			}
@@ -555,7 +566,13 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 				}
 				continue
 			}
+			if m.begins {
+				_, _ = sh.status.Write([]byte("\n"))
+				continue
+			}
 			if m.keys {
+				subj.FlushNow(cutLimit)
+				sh.stdout.to(nil)
 				sh.dropKeys(c.ex, subj)
 				continue
 			}
@@ -612,46 +629,53 @@ func newCommandPart(scope exec.Scope, before []exec.Member, shellM exec.Member) 
 }
 
 // line is the one command the shell reads for req: its script eval'ed
-// with stdin /dev/null (or its input) and descriptor 3 closed, then the
-// status, from the shell itself, on descriptor 3. With fifo (its input
-// and stdin, fifo_linux.go), the shell first says on descriptor 3 that
-// it opened it ("<nonce> o"), so that relayd ends it only once it has.
+// (as a single-quoted word: what bash reads from a pipe it reads a byte
+// per read(2), so the line is kept short) with stdin /dev/null (or its
+// input) and descriptor 3 closed, then the status, from the shell
+// itself, on descriptor 3. With fifo (its input and stdin,
+// fifo_linux.go), the shell first says on descriptor 3 that it opened it
+// ("<nonce> o"), so that relayd ends it only once it has.
 //
-// With keys (a pty session's command with stdin), the shell says once
-// the script ended ("<nonce> k") and waits for relayd's word on
-// descriptor 3 before its status and its prompt: relayd first stops
-// typing and drops what the command left unread in the terminal, which
-// the shell would otherwise read as its next command line.
-func (sh *shell) line(req *protocol.Execute, nonce, fifo string, keys bool) string {
+// On a pty, the shell says when the script begins ("<nonce> b": what the
+// terminal showed before is the typed line's echo, not the command's
+// output) and waits for relayd's word on descriptor 3 to run it; and
+// when it ended ("<nonce> k"), then waits again before its status and
+// its prompt: relayd takes the
+// command's output up to there, stops typing, and drops what the command
+// left unread in the terminal, which the shell would otherwise read as
+// its next command line.
+func (sh *shell) line(req *protocol.Execute, nonce, fifo string) string {
 	var b strings.Builder
-	b.WriteString("__relayd_s=")
-	b.WriteString(shQuote(req.Script))
-	in := " </dev/null"
-	if sh.screen != nil {
-		in = "" // on a terminal, the command reads it, as typed
-	}
-	if req.HasInput && fifo == "" {
-		b.WriteString("; __relayd_i=")
-		b.WriteString(shQuote(string(req.Input)))
-		in = ` < <(printf %s "$__relayd_i")`
-	}
+	script := shQuote(req.Script)
 	eval, printf := "eval", "builtin printf"
 	if sh.kind != protocol.ShellBash {
 		// POSIX sh exits on a syntax error in eval, a special builtin;
 		// command keeps it from exiting (dash: status 2, state kept).
 		eval, printf = "command eval", "printf"
 	}
+	in := "</dev/null"
+	if sh.screen != nil {
+		in = "" // on a terminal, the command reads it, as typed
+	}
+	if req.HasInput && fifo == "" {
+		b.WriteString("__relayd_i=")
+		b.WriteString(shQuote(string(req.Input)))
+		b.WriteString(";")
+		in = `< <(printf %s "$__relayd_i")`
+	}
 	switch {
 	case fifo != "":
-		fmt.Fprintf(&b, "; { %s '%s o\\n' >&3; %s \"$__relayd_s\" 3>&-; } <%s", printf, nonce, eval, shQuote(fifo))
-	case keys:
-		fmt.Fprintf(&b, "; { %s \"$__relayd_s\"; }%s 3>&-; __relayd_e=$?; %s '%s k\\n' >&3; read -r __relayd_k <&3", eval, in, printf, nonce)
-		fmt.Fprintf(&b, "; %s '%s %%d\\n' \"$__relayd_e\" >&3\n", printf, nonce)
+		fmt.Fprintf(&b, "_=;{ %s '%s o\\n' >&3;%s %s 3>&-;}<%s", printf, nonce, eval, script, shQuote(fifo))
+	case sh.screen != nil:
+		fmt.Fprintf(&b, "%s '%s b\\n' >&3;builtin read -r __relayd_k <&3;{ %s %s;}%s 3>&-;__relayd_e=$?;%s '%s k\\n' >&3;builtin read -r __relayd_k <&3", printf, nonce, eval, script, in, printf, nonce)
+		fmt.Fprintf(&b, ";%s '%s %%d\\n' \"$__relayd_e\" >&3\n", printf, nonce)
 		return b.String()
 	default:
-		fmt.Fprintf(&b, "; { %s \"$__relayd_s\"; }%s 3>&-", eval, in)
+		// "_=;" first: after an eval that met the end of its input inside a
+		// quote, bash does not take a line's leading "{" as the reserved word.
+		fmt.Fprintf(&b, "_=;{ %s %s;}%s 3>&-", eval, script, in)
 	}
-	fmt.Fprintf(&b, "; %s '%s %%d\\n' \"$?\" >&3\n", printf, nonce)
+	fmt.Fprintf(&b, ";%s '%s %%d\\n' \"$?\" >&3\n", printf, nonce)
 	return b.String()
 }
 
