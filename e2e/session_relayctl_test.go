@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,8 +26,19 @@ func TestSessionRelayctlShellInTmux(t *testing.T) {
 	tmux("send-keys", "-t", "person", "echo $((6*7))-$(stty size)", "Enter")
 	pane("42-30 100")
 	tmux("resize-window", "-t", "person", "-x", "120", "-y", "40")
-	tmux("send-keys", "-t", "person", "echo now-$(stty size)", "Enter")
-	pane("now-40 120")
+	// relayctl learns the new size from SIGWINCH and sends resize while
+	// tmux types on: a line typed before relayd resized the terminal
+	// shows the old size, so the line is typed again until it shows the
+	// new one, as a person would.
+	for i := 0; ; i++ {
+		tmux("send-keys", "-t", "person", fmt.Sprintf(`echo "now""%d"-$(stty size)`, i), "Enter")
+		if screen := pane(fmt.Sprintf("now%d-", i)); strings.Contains(screen, fmt.Sprintf("now%d-40 120", i)) {
+			break
+		} else if i == 20 {
+			t.Fatalf("the terminal was not resized to 40x120: %s", screen)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	tmux("send-keys", "-t", "person", "C-]")
 	pane("first-exit=0")
 	pane("detached; session s-1 runs on")
