@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -26,8 +27,18 @@ func TestPtyRelayctlInTmux(t *testing.T) {
 		tmux("send-keys", "-t", "person", "import os, shutil, time; print(shutil.get_terminal_size(), os.isatty(0), os.environ['TERM'])", "Enter")
 		pane("os.terminal_size(columns=100, lines=30) True tmux")
 		tmux("resize-window", "-t", "person", "-x", "120", "-y", "40")
-		tmux("send-keys", "-t", "person", "print('now', shutil.get_terminal_size())", "Enter")
-		pane("now os.terminal_size(columns=120, lines=40)")
+		// relayctl sends resize on SIGWINCH while tmux types on: a line
+		// that ran before relayd resized the terminal shows the old size,
+		// so it is typed again until the new one shows.
+		for i := 0; ; i++ {
+			tmux("send-keys", "-t", "person", fmt.Sprintf("print('now'+'%d', shutil.get_terminal_size())", i), "Enter")
+			if screen := pane(fmt.Sprintf("now%d os.", i)); strings.Contains(screen, fmt.Sprintf("now%d os.terminal_size(columns=120, lines=40)", i)) {
+				break
+			} else if i == 20 {
+				t.Fatalf("the terminal was not resized to 40x120: %s", screen)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 		tmux("send-keys", "-t", "person", "time.sleep(60)", "Enter")
 		time.Sleep(300 * time.Millisecond) // the sleep begins
 		tmux("send-keys", "-t", "person", "C-c")
