@@ -685,22 +685,26 @@ func (cn *conn) sendBody(f *os.File, n int64) (int64, error) {
 	return off, nil
 }
 
-// sendfile is sendBody's kernel copy, sendPiece bytes per write deadline;
+// sendfile is sendBody's kernel copy. A wait for the peer to take more
+// has its own write deadline, set after the last bytes it took, so that
+// a peer that stops reading counts as gone after --write-timeout;
 // unsupported says that nothing was sent because the kernel cannot do it
 // for this file or connection.
 func (cn *conn) sendfile(rc syscall.RawConn, f *os.File, n int64) (off int64, unsupported bool, err error) {
 	src := int(f.Fd())
 	for off < n {
 		_ = cn.c.SetWriteDeadline(time.Now().Add(cn.srv.cfg.WriteTimeout))
-		end := min(n, off+sendPiece)
+		from := off
 		var serr error
 		var eof bool
 		werr := rc.Write(func(fd uintptr) bool {
-			for off < end {
-				k, err := syscall.Sendfile(int(fd), src, &off, int(end-off))
+			for off < n {
+				k, err := syscall.Sendfile(int(fd), src, &off, int(min(n-off, sendPiece)))
 				switch {
 				case err == syscall.EAGAIN:
-					return false // wait until the socket takes more
+					// Wait for the peer under a fresh deadline, or under
+					// this one when nothing went since it was set.
+					return off > from
 				case err == syscall.EINTR:
 				case err != nil:
 					serr = err
@@ -726,7 +730,7 @@ func (cn *conn) sendfile(rc syscall.RawConn, f *os.File, n int64) (off int64, un
 	return off, false, nil
 }
 
-// sendPiece is how many bytes sendBody hands the kernel per deadline.
+// sendPiece is the most bytes one sendfile(2) is asked for.
 const sendPiece = 8 << 20
 
 // contentChunk is the raw size of a content chunk: its line (base64 and
