@@ -244,8 +244,8 @@ func TestBodyThroughBridge(t *testing.T) {
 }
 
 // A peer that asks for a body and stops reading it is dropped after
-// --write-timeout (the kernel sends the body: each wait for the peer has
-// its own deadline); relayd serves others meanwhile and after.
+// --write-timeout, not later by the kernel's own timeout; relayd serves
+// others meanwhile and after.
 func TestBodyGetPeerStopsReading(t *testing.T) {
 	d := startRelayd(t, opts{args: []string{"--write-timeout", "500ms"}})
 	data := randomBytes(32<<20, 9)

@@ -583,8 +583,8 @@ func (cn *conn) get(msg *protocol.Message, ignored []string) {
 
 // getBody answers a get with "body":true (section 4.6, "Bulk bodies"):
 // one content line with the file's size and sha256, then its raw bytes.
-// The line comes first, so the file is read twice: once through a buffer
-// for the sha256, then sent by the kernel (sendBody), each byte hashed
+// The line comes first, so the file is read twice through one buffer:
+// once for the sha256, then to send it (sendBody), each byte hashed
 // once. A file that changes between the two (it ends early, or its size,
 // modification or change time moved) cannot be cut short in the stream:
 // relayd then closes the connection, which the peer sees inside the
@@ -595,8 +595,9 @@ func (cn *conn) getBody(id json.RawMessage, g *protocol.Get, path string, f *os.
 	before, err := fileStamp(f)
 	var n int64
 	sum := newSum()
+	buf := make([]byte, bodyBufBytes)
 	if err == nil {
-		n, err = io.CopyBuffer(sum, io.LimitReader(f, max+1), make([]byte, bodyBufBytes))
+		n, err = io.CopyBuffer(sum, io.LimitReader(f, max+1), buf)
 	}
 	switch {
 	case err != nil:
@@ -618,7 +619,7 @@ func (cn *conn) getBody(id json.RawMessage, g *protocol.Get, path string, f *os.
 		cn.lostWriting(err)
 		return
 	}
-	sent, err := cn.sendBody(f, n)
+	sent, err := cn.sendBody(f, n, buf)
 	if err != nil {
 		cn.lostWriting(err)
 		return
@@ -652,21 +653,13 @@ func fileStamp(f *os.File) (stamp, error) {
 	return stamp{st.Size, st.Mtim, st.Ctim}, nil
 }
 
-// sendBody writes the n bytes of f from its start to the connection:
-// by sendfile(2) on a socket, so that relayd copies none of them itself,
-// else through a buffer. It returns how many it sent: fewer than n
-// without an error when f ended first.
-func (cn *conn) sendBody(f *os.File, n int64) (int64, error) {
-	if sc, ok := cn.c.(syscall.Conn); ok {
-		if rc, err := sc.SyscallConn(); err == nil {
-			off, unsupported, err := cn.sendfile(rc, f, n)
-			if !unsupported {
-				return off, err
-			}
-		}
-	}
+// sendBody writes the n bytes of f from its start to the connection
+// through buf, each piece with its own write deadline, and returns how
+// many it sent: fewer than n without an error when f ended first. Not
+// sendfile(2): on loopback the peer then spent about 0.5 CPU s/GiB more
+// than with this buffer, more than relayd saved (docs/performance.md).
+func (cn *conn) sendBody(f *os.File, n int64, buf []byte) (int64, error) {
 	var off int64
-	buf := make([]byte, bodyBufBytes)
 	for off < n {
 		k, err := f.ReadAt(buf[:min(int64(len(buf)), n-off)], off)
 		if k > 0 {
@@ -684,54 +677,6 @@ func (cn *conn) sendBody(f *os.File, n int64) (int64, error) {
 	}
 	return off, nil
 }
-
-// sendfile is sendBody's kernel copy. A wait for the peer to take more
-// has its own write deadline, set after the last bytes it took, so that
-// a peer that stops reading counts as gone after --write-timeout;
-// unsupported says that nothing was sent because the kernel cannot do it
-// for this file or connection.
-func (cn *conn) sendfile(rc syscall.RawConn, f *os.File, n int64) (off int64, unsupported bool, err error) {
-	src := int(f.Fd())
-	for off < n {
-		_ = cn.c.SetWriteDeadline(time.Now().Add(cn.srv.cfg.WriteTimeout))
-		from := off
-		var serr error
-		var eof bool
-		werr := rc.Write(func(fd uintptr) bool {
-			for off < n {
-				k, err := syscall.Sendfile(int(fd), src, &off, int(min(n-off, sendPiece)))
-				switch {
-				case err == syscall.EAGAIN:
-					// Wait for the peer under a fresh deadline, or under
-					// this one when nothing went since it was set.
-					return off > from
-				case err == syscall.EINTR:
-				case err != nil:
-					serr = err
-					return true
-				case k == 0:
-					eof = true
-					return true
-				}
-			}
-			return true
-		})
-		switch {
-		case werr != nil:
-			return off, false, werr
-		case serr != nil && off == 0 && (serr == syscall.EINVAL || serr == syscall.ENOSYS):
-			return 0, true, nil
-		case serr != nil:
-			return off, false, serr
-		case eof:
-			return off, false, nil
-		}
-	}
-	return off, false, nil
-}
-
-// sendPiece is the most bytes one sendfile(2) is asked for.
-const sendPiece = 8 << 20
 
 // contentChunk is the raw size of a content chunk: its line (base64 and
 // the other fields) stays within --max-line-bytes, relayd's own limit.
