@@ -242,3 +242,32 @@ func TestBodyThroughBridge(t *testing.T) {
 		t.Fatalf("the body through the bridge differs (%v)", err)
 	}
 }
+
+// A peer that asks for a body and stops reading it is dropped after
+// --write-timeout, not later by the kernel's own timeout; relayd serves
+// others meanwhile and after.
+func TestBodyGetPeerStopsReading(t *testing.T) {
+	d := startRelayd(t, opts{args: []string{"--write-timeout", "500ms"}})
+	data := randomBytes(32<<20, 9)
+	if err := os.WriteFile(filepath.Join(d.workspace, "big"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := net.Dial("tcp", d.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	_ = raw.(*net.TCPConn).SetReadBuffer(4096)
+	line, _ := json.Marshal(msg{"token": d.token, "kind": "get", "id": 1, "path": "big", "body": true})
+	writeAll(t, raw, append(line, '\n'))
+	// Never read.
+	waitFor(t, 60*time.Second, "relayd to drop the peer that does not read its body", func() bool {
+		return strings.Contains(d.logs.String(), "write to peer failed")
+	})
+	if logs := d.logs.String(); !strings.Contains(logs, "i/o timeout") {
+		t.Errorf("relayd dropped the peer, but not for its --write-timeout (i/o timeout): %s", logs)
+	}
+	other := d.connect()
+	bodyRoundTrip(t, other.c, other.r, d.token, d.workspace, "small", randomBytes(1000, 4))
+	d.stopClean()
+}

@@ -45,11 +45,15 @@ func bridgeMain(args []string, getenv func(string) string, stdin io.Reader, stdo
 		return exitUsage
 	}
 	defer c.Close()
+	widenPipe(stdin)
+	widenPipe(stdout)
 	go func() {
-		_, _ = io.Copy(c, stdin)
+		// Through a buffer of its own: io.Copy's would be 32 KiB, as a
+		// socket takes no sendfile from a pipe.
+		_, _ = io.CopyBuffer(onlyWriter{c}, onlyReader{stdin}, make([]byte, bridgeBufBytes))
 		_ = c.(*net.UnixConn).CloseWrite() // the end of stdin is the end of the controller's stream
 	}()
-	if _, err := io.Copy(stdout, c); err != nil {
+	if _, err := io.Copy(stdout, c); err != nil { // an *os.File splices from the socket
 		var oe *net.OpError
 		if !errors.As(err, &oe) { // not the socket's error: stdout's
 			return 1
@@ -57,3 +61,12 @@ func bridgeMain(args []string, getenv func(string) string, stdin io.Reader, stdo
 	}
 	return 0
 }
+
+// bridgeBufBytes is the buffer the bridge's stdin goes through: a pipe
+// widened by widenPipe holds as much.
+const bridgeBufBytes = 1 << 20
+
+// onlyReader and onlyWriter hide a ReaderFrom or WriterTo, so that
+// io.CopyBuffer uses the buffer given.
+type onlyReader struct{ io.Reader }
+type onlyWriter struct{ io.Writer }

@@ -20,6 +20,7 @@
 //	term_linux.go    whether the log goes to a terminal (colours)
 //	socket_linux.go  the Unix socket relayd bridge reaches (--socket)
 //	bridge.go        relayd bridge: stdin and stdout to that socket
+//	pipe_linux.go    widening the bridge's stdin and stdout pipes
 //	install.go       relayd install: the binary copied out of its image
 //	                 (Kubernetes' init container)
 //

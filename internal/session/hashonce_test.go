@@ -1,0 +1,85 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"hash"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	relayclient "github.com/relayd/relayd/client"
+	"github.com/relayd/relayd/internal/env"
+)
+
+// countedSum is a sha256 that adds what it hashes to a shared count.
+type countedSum struct {
+	hash.Hash
+	n *atomic.Int64
+}
+
+func (c countedSum) Write(p []byte) (int, error) {
+	c.n.Add(int64(len(p)))
+	return c.Hash.Write(p)
+}
+
+// The contract's sha256 of a raw body costs relayd one pass over the
+// bytes each way (issue 30): a put hashes what it writes, a get hashes
+// the file once before its line and sends it without hashing it again.
+func TestBodyHashedOnce(t *testing.T) {
+	var hashed atomic.Int64
+	was := newSum
+	newSum = func() hash.Hash { return countedSum{sha256.New(), &hashed} }
+	defer func() { newSum = was }()
+
+	const n = 3<<20 + 12345 // more than one buffer, and a piece of one
+	data := make([]byte, n)
+	rand.NewChaCha8([32]byte{30}).Read(data)
+	ws := t.TempDir()
+	srv := New(Config{
+		Token: []byte(testToken), Workspace: ws, Version: "test",
+		TermGrace: time.Second, TeardownTimeout: 3 * time.Second, WriteTimeout: 5 * time.Second,
+		MaxLineBytes: 1 << 20, MaxStdoutBytes: 1 << 20, MaxFileBytes: n, BaseEnv: env.Base(os.Environ()),
+		Shims: testShims, Log: zerolog.Nop(),
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Shutdown()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := relayclient.Dial(ctx, ln.Addr().String(), testToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	if _, err := c.PutFile(ctx, "f.bin", bytes.NewReader(data), relayclient.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := hashed.Swap(0); got != n {
+		t.Errorf("a put of %d bytes as a body: relayd hashed %d bytes; want each once", n, got)
+	}
+	var out bytes.Buffer
+	if _, err := c.GetFile(ctx, "f.bin", "", &out); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(out.Bytes(), data) {
+		t.Fatalf("got %d bytes, not those put", out.Len())
+	}
+	if got := hashed.Swap(0); got != n {
+		t.Errorf("a get of %d bytes as a body: relayd hashed %d bytes; want each once", n, got)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "f.bin")); err != nil {
+		t.Fatal(err)
+	}
+}
