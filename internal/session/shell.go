@@ -472,10 +472,6 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 		finish()
 		return res, st, false, "the shell did not take a command"
 	}
-	if c.ex.in != nil && sh.screen != nil {
-		// With a pty, stdin is keystrokes, typed once the command line is.
-		c.ex.in.start(&keys{tty: subj.Stdin, timeout: s.cfg.WriteTimeout, shell: subj.PID})
-	}
 	opened := false // the shell said it opened the FIFO
 	var deadline <-chan time.Time
 	if req.TimeoutMs > 0 {
@@ -502,6 +498,12 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 			if m.begins {
 				subj.FlushNow(cutLimit)
 				sh.stdout.to(stdout)
+				if c.ex.in != nil {
+					// stdin is keystrokes, typed from now on: readline gave
+					// the terminal up when it returned the line (typed
+					// before, they would be its, for the next prompt).
+					c.ex.in.start(&keys{tty: subj.Stdin, timeout: s.cfg.WriteTimeout})
+				}
 				_, _ = sh.status.Write([]byte("\n")) // the shell waits for it to run the script
 				continue
 			}
@@ -686,14 +688,11 @@ func (sh *shell) line(req *protocol.Execute, nonce, fifo string) string {
 type keys struct {
 	tty     *os.File
 	timeout time.Duration
-	shell   int // the shell's pid
-	ready   sync.Once
 	closed  atomic.Bool
 	mu      sync.Mutex // held by a write under way
 }
 
 func (k *keys) Write(p []byte) (int, error) {
-	k.ready.Do(func() { readlineLeft(k.tty, k.shell, cutLimit) })
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	_ = k.tty.SetWriteDeadline(time.Now().Add(k.timeout))
@@ -711,30 +710,6 @@ func (k *keys) Close() error {
 	k.mu.Lock()
 	k.mu.Unlock() //nolint:staticcheck // an empty critical section: the write under way has returned
 	return err
-}
-
-// readlineLeft waits, at most limit, until the shell's line editor gave
-// the terminal up for the command line it read: the terminal is canonical
-// again, or a job of the command holds its foreground. Keys typed before
-// would be the editor's: it reads ahead what waits, for the next prompt.
-func readlineLeft(tty *os.File, shell int, limit time.Duration) {
-	rc, err := tty.SyscallConn()
-	if err != nil {
-		return
-	}
-	deadline := time.Now().Add(limit)
-	for {
-		left := false
-		_ = rc.Control(func(fd uintptr) {
-			t, err := unix.IoctlGetTermios(int(fd), unix.TCGETS)
-			pg, perr := unix.IoctlGetInt(int(fd), unix.TIOCGPGRP)
-			left = err == nil && t.Lflag&unix.ICANON != 0 || perr == nil && pg != shell
-		})
-		if left || time.Now().After(deadline) {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // dropKeys answers a pty session's "<nonce> k": the command's stdin ends
