@@ -258,15 +258,7 @@ class Client:
             stream=stream, on_exit=on_exit, detach_ms=detach_ms, input=input, user=user,
             max_output_bytes=max_output_bytes, output_keep=output_keep, pty=pty, limits=limits,
         )
-        pump = None
-        if stdin_open:
-            if stdin is not None:
-                raise TypeError("execute: stdin= and stdin_open=True exclude each other")
-            msg["stdin"] = True
-        if stdin is not None:
-            _wire.check_stdin(stdin)
-            msg["stdin"] = True
-            pump = _StdinPump(self._token, _wire.stdin_pieces(stdin))
+        pump = _stdin_pump("execute", msg, stdin, stdin_open, self._token)
         wait = _wire.execute_wait(timeout_ms, self.teardown_budget, timeout)
         r = self._call(msg, "executed", wait, on_output, on_started, pump=pump)
         assert isinstance(r, Executed)
@@ -753,15 +745,7 @@ class Session:
         msg = _wire.run_message(self.name, script, timeout_ms, input, max_output_bytes)
         if stream is not None:
             msg["stream"] = stream
-        pump = None
-        if stdin_open:
-            if stdin is not None:
-                raise TypeError("run: stdin= and stdin_open=True exclude each other")
-            msg["stdin"] = True
-        if stdin is not None:
-            _wire.check_stdin(stdin)
-            msg["stdin"] = True
-            pump = _StdinPump(self.client._token, _wire.stdin_pieces(stdin))
+        pump = _stdin_pump("run", msg, stdin, stdin_open, self.client._token)
         wait = _wire.execute_wait(timeout_ms, 2 * self.client.teardown_budget, timeout)
         r = self.client._call(msg, "executed", wait, on_output, on_started, pump=pump)
         assert isinstance(r, Executed)
@@ -808,6 +792,21 @@ class Session:
         r = self.client._call({"kind": "close", "session": self.name}, "closed", wait, raw=True)
         assert isinstance(r, dict)
         return r
+
+
+def _stdin_pump(what: str, msg: Dict[str, Any], stdin: Optional[StdinSource], stdin_open: bool,
+                token: str) -> Optional["_StdinPump"]:
+    """Marks msg as taking stdin when stdin or stdin_open asks for it, and
+    returns the pump that sends a stdin= source between reads (else None)."""
+    if stdin_open and stdin is not None:
+        raise TypeError(f"{what}: stdin= and stdin_open=True exclude each other")
+    if stdin_open:
+        msg["stdin"] = True
+    if stdin is None:
+        return None
+    _wire.check_stdin(stdin)
+    msg["stdin"] = True
+    return _StdinPump(token, _wire.stdin_pieces(stdin))
 
 
 class _StdinPump:
