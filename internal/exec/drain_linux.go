@@ -5,7 +5,6 @@ import (
 	"io"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -28,7 +27,6 @@ type drain struct {
 	reads   int           // reads made, for tests (read after eof)
 
 	tty     bool          // f is a terminal's master
-	bytes   atomic.Int64  // delivered so far (Subject.Flush on a terminal)
 	flushMu sync.Mutex    // one flush at a time
 	pendMu  sync.Mutex    // guards pend
 	pend    chan struct{} // a flush waiting: closed by run once what was waiting is delivered
@@ -117,7 +115,6 @@ func (d *drain) run() {
 }
 
 func (d *drain) deliver(p []byte) {
-	d.bytes.Add(int64(len(p)))
 	if d.capture != nil {
 		d.capture.Write(p) // captures never fail
 	}

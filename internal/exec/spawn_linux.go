@@ -105,40 +105,15 @@ func (s *Subject) CutStdout(limit time.Duration) {
 	s.stderr.waitCut(time.Until(deadline))
 }
 
-// Flush returns once every byte that was waiting in the output pipes
-// (or the terminal) when it was called has been delivered to the
-// captures, or after limit: a shell session's command ends when its
-// status comes, and what it wrote before is then in the pipes (protocol
-// 4.7). The capture goes on.
+// Flush returns once every byte the subject wrote to its output pipes
+// (or its terminal) before the call has been delivered to the captures,
+// or after limit: a shell session's command ends when its status comes,
+// and what it wrote before is then in the pipes (protocol 4.7). A
+// terminal's bytes reach the master through the kernel's flip buffer a
+// moment late, where TIOCINQ does not count them; the drain reads the
+// master until it has nothing, which waits for them (readWaiting). The
+// capture goes on.
 func (s *Subject) Flush(limit time.Duration) {
-	deadline := time.Now().Add(limit)
-	s.stdout.flush(time.Until(deadline))
-	if s.tty != nil {
-		// A terminal's bytes reach the master through the kernel's flip
-		// buffer a moment late, where no ioctl counts them: they are
-		// waited for until a tenth of ptySettle passes without any.
-		quiet, last := ptySettle/10, s.stdout.bytes.Load()
-		for end := time.Now().Add(min(ptySettle, time.Until(deadline))); time.Now().Before(end); {
-			time.Sleep(quiet / 5)
-			s.stdout.flush(time.Until(deadline))
-			if n := s.stdout.bytes.Load(); n != last {
-				last, end = n, time.Now().Add(min(quiet, time.Until(deadline)))
-				continue
-			}
-			if time.Until(end) > quiet {
-				end = time.Now().Add(quiet)
-			}
-		}
-	}
-	if s.stderr != nil {
-		s.stderr.flush(time.Until(deadline))
-	}
-}
-
-// FlushNow delivers what the subject wrote to its output before this
-// call, without waiting for more (a terminal too: see readWaiting), at
-// most limit; Flush waits besides for a terminal's output to go quiet.
-func (s *Subject) FlushNow(limit time.Duration) {
 	deadline := time.Now().Add(limit)
 	s.stdout.flush(limit)
 	if s.stderr != nil {

@@ -496,7 +496,7 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 				continue
 			}
 			if m.begins {
-				subj.FlushNow(cutLimit)
+				subj.Flush(cutLimit)
 				sh.stdout.to(stdout)
 				if c.ex.in != nil {
 					// stdin is keystrokes, typed from now on: readline gave
@@ -508,7 +508,7 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 				continue
 			}
 			if m.keys {
-				subj.FlushNow(cutLimit)
+				subj.Flush(cutLimit)
 				sh.stdout.to(nil)
 				sh.dropKeys(c.ex, subj)
 				continue
@@ -573,7 +573,7 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 				continue
 			}
 			if m.keys {
-				subj.FlushNow(cutLimit)
+				subj.Flush(cutLimit)
 				sh.stdout.to(nil)
 				sh.dropKeys(c.ex, subj)
 				continue
