@@ -4,16 +4,11 @@ import (
 	"context"
 	"io"
 	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
-
-	"github.com/rs/zerolog"
 
 	relayclient "github.com/relayd/relayd/client"
-	"github.com/relayd/relayd/internal/env"
 )
 
 // BenchmarkBody puts and gets one file as a raw body (section 4.6) through
@@ -33,24 +28,8 @@ func BenchmarkBody(b *testing.B) {
 		b.Fatal(err)
 	}
 	f.Close()
-	srv := New(Config{
-		Token: []byte(testToken), Workspace: ws, Version: "bench",
-		TermGrace: time.Second, TeardownTimeout: 3 * time.Second, WriteTimeout: 5 * time.Second,
-		MaxLineBytes: 1 << 20, MaxStdoutBytes: 1 << 20, MaxFileBytes: n, BaseEnv: env.Base(os.Environ()),
-		Shims: testShims, Log: zerolog.Nop(),
-	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go srv.Serve(ln)
-	defer srv.Shutdown()
+	c := filesClient(b, ws, n)
 	ctx := context.Background()
-	c, err := relayclient.Dial(ctx, ln.Addr().String(), testToken)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
 	for _, way := range []string{"put", "get"} {
 		b.Run(way, func(b *testing.B) {
 			b.SetBytes(n)

@@ -43,25 +43,9 @@ func TestBodyHashedOnce(t *testing.T) {
 	data := make([]byte, n)
 	rand.NewChaCha8([32]byte{30}).Read(data)
 	ws := t.TempDir()
-	srv := New(Config{
-		Token: []byte(testToken), Workspace: ws, Version: "test",
-		TermGrace: time.Second, TeardownTimeout: 3 * time.Second, WriteTimeout: 5 * time.Second,
-		MaxLineBytes: 1 << 20, MaxStdoutBytes: 1 << 20, MaxFileBytes: n, BaseEnv: env.Base(os.Environ()),
-		Shims: testShims, Log: zerolog.Nop(),
-	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	defer srv.Shutdown()
+	c := filesClient(t, ws, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := relayclient.Dial(ctx, ln.Addr().String(), testToken)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 
 	if _, err := c.PutFile(ctx, "f.bin", bytes.NewReader(data), relayclient.PutOptions{}); err != nil {
 		t.Fatal(err)
@@ -82,4 +66,31 @@ func TestBodyHashedOnce(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(ws, "f.bin")); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// filesClient serves a Server with workspace ws (files up to maxFile
+// bytes) on loopback and returns a client connected to it; both end with
+// the test.
+func filesClient(tb testing.TB, ws string, maxFile int64) *relayclient.Conn {
+	tb.Helper()
+	srv := New(Config{
+		Token: []byte(testToken), Workspace: ws, Version: "test",
+		TermGrace: time.Second, TeardownTimeout: 3 * time.Second, WriteTimeout: 5 * time.Second,
+		MaxLineBytes: 1 << 20, MaxStdoutBytes: 1 << 20, MaxFileBytes: maxFile, BaseEnv: env.Base(os.Environ()),
+		Shims: testShims, Log: zerolog.Nop(),
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	go srv.Serve(ln)
+	tb.Cleanup(srv.Shutdown)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := relayclient.Dial(ctx, ln.Addr().String(), testToken)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return c
 }
