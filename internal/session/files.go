@@ -608,6 +608,7 @@ func (cn *conn) getBody(id json.RawMessage, g *protocol.Get, path string, f *os.
 			fmt.Sprintf("get: %s grew past --max-file-bytes (%d bytes) while it was read", path, max))
 		return
 	}
+	bodyHashed(path)
 	head := protocol.ContentBody{Token: cn.token(), Kind: "content", ID: id, Bytes: n, Sha256: hex.EncodeToString(sum.Sum(nil)), Body: n, Ignored: g.Ignored}
 	cn.wmu.Lock() // the line and its body are one write: a streamed execution's output waits
 	defer cn.wmu.Unlock()
@@ -637,6 +638,10 @@ func (cn *conn) getBody(id json.RawMessage, g *protocol.Get, path string, f *os.
 
 // newSum makes the sha256 of a transfer (a test counts what it hashes).
 var newSum = sha256.New
+
+// bodyHashed is called between a get body's two passes (a test changes
+// the file there).
+var bodyHashed = func(path string) {}
 
 // stamp is what tells that a file changed: its size, modification and
 // change times.
