@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -206,6 +207,16 @@ func (b *bench) stopDaemon(d *daemon, what string) {
 	if err := d.stop(); err != nil {
 		b.report.note("%s: %v", what, err)
 		logf("%s: %v", what, err)
+		// What relayd said of it: its warnings and errors, the last few.
+		var said []string
+		for _, line := range strings.Split(d.Logs.String(), "\n") {
+			if strings.Contains(line, `"level":"error"`) || strings.Contains(line, `"level":"warn"`) {
+				said = append(said, line)
+			}
+		}
+		for _, line := range said[max(0, len(said)-12):] {
+			logf("%s: relayd (pid %d) said: %s", what, d.pid, line)
+		}
 	}
 }
 
