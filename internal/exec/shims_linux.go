@@ -473,10 +473,9 @@ func (run *shimRun) bindLocked(pid int, start uint64) error {
 		run.pid, run.start, run.gone = pid, start, true
 		return nil
 	}
-	e, serr := readStat("/proc", pid, run.sh.statBuf[:])
-	// A process being reaped reads parent 0: only a live one must be the
-	// shim's.
-	if serr == nil && ((start != 0 && e.start != start) || (e.ppid != run.sh.pid && !e.dead())) {
+	e, serr := subjectStat(pid, run.sh.statBuf[:])
+	ended := func() bool { return err == nil && pidfdEnded(fd) }
+	if serr == nil && !startNamesChild(e, start, run.sh.pid, ended) {
 		if err == nil {
 			unix.Close(fd)
 		}
@@ -493,6 +492,33 @@ func (run *shimRun) bindLocked(pid int, start uint64) error {
 		run.pidfd = fd
 	}
 	return nil
+}
+
+// subjectStat is bindLocked's read of /proc (a test gives it what /proc
+// gives a process reaped while it is read).
+var subjectStat = func(pid int, buf []byte) (procEntry, error) { return readStat("/proc", pid, buf) }
+
+// startNamesChild reports whether e, /proc's entry of the pid a start's
+// reply named, is the shim's child started at start (0: the shim could
+// not read it). A process being reaped reads parent 0, so only a live one
+// must be the shim's. /proc reads a process's state before its parent: a
+// subject that exits and is reaped between the two reads shows a live
+// state and parent 0 (seen under load, 32 executions of /bin/true at
+// once: "not the shim's child started at 232678 (parent 0, start
+// 232678)", and the execution answered failed). Parent 0 with a live
+// state is therefore taken only when ended, relayd's pidfd opened before
+// the read, says the process has ended; a process that runs with parent
+// 0 (the namespace's init, one docker exec started) is no shim's child.
+func startNamesChild(e procEntry, start uint64, shim int, ended func() bool) bool {
+	switch {
+	case start != 0 && e.start != start:
+		return false
+	case e.ppid == shim, e.dead():
+		return true
+	case e.ppid == 0:
+		return ended()
+	}
+	return false
 }
 
 // subjectExited takes the subject's exit, once relayd's own pidfd of it

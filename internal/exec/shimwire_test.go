@@ -33,12 +33,19 @@ type fakeShim struct {
 
 func newFakeShim(t *testing.T) *fakeShim {
 	t.Helper()
+	return newFakeShimOf(t, "sleep 60 & echo $!; wait; exit 0")
+}
+
+// newFakeShimOf is newFakeShim with the stand-in's script: it starts the
+// subject and prints its pid.
+func newFakeShimOf(t *testing.T, script string) *fakeShim {
+	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	pid, _, exited, err := testReaper.ForkExec("/bin/sh", []string{"sh", "-c", "sleep 60 & echo $!; wait; exit 0"},
+	pid, _, exited, err := testReaper.ForkExec("/bin/sh", []string{"sh", "-c", script},
 		&syscall.ProcAttr{Env: shEnv, Files: []uintptr{0, w.Fd(), 2}})
 	w.Close()
 	if err != nil {
@@ -209,6 +216,62 @@ func TestShimBreaksTheWire(t *testing.T) {
 		if rep.PID != 0 {
 			t.Errorf("the start's pid as taken: %d; want 0 (none)", rep.PID)
 		}
+		f.wantBroken(run)
+	})
+}
+
+// /proc reads a process's state before its parent, so a subject reaped
+// between the two reads shows a live state and parent 0 (seen under load
+// as "a start's pid 17799 is not the shim's child started at 232678
+// (parent 0, start 232678)", the execution answered failed). Such a start
+// is taken when relayd's pidfd says the subject has ended, and its exit
+// after it; the same entry for a subject that runs is still refused.
+func TestShimStartReapedWhileRead(t *testing.T) {
+	racy := func(f *fakeShim) {
+		was := subjectStat
+		subjectStat = func(pid int, buf []byte) (procEntry, error) {
+			if pid != f.subject {
+				return was(pid, buf)
+			}
+			return procEntry{pid: pid, ppid: 0, start: f.start, state: 'R', threads: 1}, nil
+		}
+		t.Cleanup(func() { subjectStat = was })
+	}
+	t.Run("ended", func(t *testing.T) {
+		// The stand-in does not wait: the subject it started stays a zombie.
+		f := newFakeShimOf(t, "sleep 60 & echo $!; exec sleep 60")
+		pidfd, err := unix.PidfdOpen(f.subject, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(pidfd)
+		if err := unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0); err != nil {
+			t.Fatal(err)
+		}
+		for !pidfdEnded(pidfd) {
+			time.Sleep(time.Millisecond)
+		}
+		racy(f)
+		run, rep := f.started(f.subject, f.start)
+		if rep.PID != f.subject || run.brokenErr() != nil {
+			t.Fatalf("start: pid %d, broken %v; want pid %d taken", rep.PID, run.brokenErr(), f.subject)
+		}
+		f.send(frExited, &shimExit{PID: f.subject, Signal: int(syscall.SIGKILL)})
+		select {
+		case st := <-run.exited:
+			if st.Signal != syscall.SIGKILL {
+				t.Fatalf("exit %+v; want SIGKILL", st)
+			}
+		case <-run.lost:
+			t.Fatalf("the run was lost: %v", run.brokenErr())
+		case <-time.After(5 * time.Second):
+			t.Fatal("no exit taken")
+		}
+	})
+	t.Run("runs", func(t *testing.T) {
+		f := newFakeShim(t)
+		racy(f)
+		run, _ := f.started(f.subject, f.start)
 		f.wantBroken(run)
 	})
 }
