@@ -16,6 +16,7 @@ import (
 
 	"github.com/relayd/relayd/internal/env"
 	"github.com/relayd/relayd/internal/protocol"
+	"golang.org/x/sys/unix"
 )
 
 // The file transfers of section 4.6 ("Files"), served by the session loop:
@@ -43,6 +44,9 @@ type transfer struct {
 	ignored []string
 	buf     []byte  // the decoded chunk, reused
 	tree    *treeIn // a tar stream unpacked as it comes (tree.go); tmp is nil then
+	// written is what went to tmp; flushed, how much of it relayd asked
+	// the kernel to write back already.
+	written, flushed int64
 }
 
 // write takes the next bytes of the transfer.
@@ -51,8 +55,28 @@ func (x *transfer) write(p []byte) error {
 		_, err := x.tree.pw.Write(p)
 		return err
 	}
-	_, err := x.tmp.Write(p)
+	n, err := x.tmp.Write(p)
+	x.written += int64(n)
+	if x.written-x.flushed >= writebackBytes {
+		// Start writing back what came so far, without waiting for it:
+		// the fsync before the rename then waits for the last piece only,
+		// not for the whole file (0.5 s per GiB here).
+		startWriteback(int(x.tmp.Fd()), x.flushed, x.written-x.flushed)
+		x.flushed = x.written
+	}
 	return err
+}
+
+// writebackBytes is how much of a put is written before relayd asks the
+// kernel to start writing it back (transfer.write). With it, the fsync of
+// a 1 GiB put took 4 ms where it took 458 ms, and the 127 requests 128 ms
+// in all (strace -T), the put at about 1.08x the rate (docs/performance.md).
+const writebackBytes = 8 << 20
+
+// startWriteback asks the kernel to start writing back n bytes of fd from
+// off, without waiting for them (a test counts what it asks).
+var startWriteback = func(fd int, off, n int64) {
+	_ = unix.SyncFileRange(fd, off, n, unix.SYNC_FILE_RANGE_WRITE)
 }
 
 // fileState is a connection's put: the transfer open, or the rest of a

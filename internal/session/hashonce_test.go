@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -67,6 +68,45 @@ func TestBodyHashedOnce(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(ws, "f.bin")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A put's file is written back as it comes, 8 MiB at a time, so that the
+// fsync before the rename waits for the last piece only: each piece is
+// asked for once, in order, from the start.
+func TestPutStartsWriteback(t *testing.T) {
+	type piece struct{ off, n int64 }
+	var mu sync.Mutex
+	var asked []piece
+	was := startWriteback
+	startWriteback = func(fd int, off, n int64) {
+		mu.Lock()
+		asked = append(asked, piece{off, n})
+		mu.Unlock()
+		was(fd, off, n)
+	}
+	defer func() { startWriteback = was }()
+
+	const n = 3*writebackBytes + 12345
+	data := make([]byte, n)
+	rand.NewChaCha8([32]byte{31}).Read(data)
+	c := filesClient(t, t.TempDir(), n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.PutFile(ctx, "f.bin", bytes.NewReader(data), relayclient.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var next int64
+	for _, p := range asked {
+		if p.off != next || p.n < writebackBytes {
+			t.Fatalf("writeback asked for %+v; want pieces of at least %d bytes from %d on (all: %+v)", p, writebackBytes, next, asked)
+		}
+		next += p.n
+	}
+	if next < n-writebackBytes {
+		t.Errorf("writeback asked for the first %d bytes of %d; want all but the last piece (%+v)", next, n, asked)
 	}
 }
 
