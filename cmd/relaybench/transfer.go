@@ -369,7 +369,7 @@ func (b *bench) transferLoopback(sec *section, n int64) {
 	}
 	// What the contract's sha256 of every byte costs here: a put and a
 	// get hash each byte twice, once on each side (relayd sends a get's
-	// body by sendfile, not hashing it again).
+	// body through a buffer, not hashing it again).
 	sec.add(measured(loopbackNames[len(loopbackNames)-1], "s/GiB", []float64{sha256Cost()}, false)).
 		withNote("one pass over 256 MiB in memory, one core; a put or a get pays it once on each side")
 }
