@@ -434,7 +434,8 @@ class AsyncClient:
     async def upload_dir(self, local_dir: str, remote_dir: str, *, user: Optional[str] = None,
                          timeout: Optional[float] = None) -> None:
         """As Client.upload_dir: a tar file (made in a thread) over put,
-        unpacked by ``tar`` on relayd's side."""
+        unpacked on relayd's side by relayd itself when it serves "tree",
+        else by ``tar``."""
         await _dirs.upload_dir_async(self, local_dir, remote_dir, user=user, timeout=timeout)
 
     async def download_dir(self, remote_dir: str, local_dir: str, *, user: Optional[str] = None,

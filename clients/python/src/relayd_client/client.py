@@ -487,8 +487,9 @@ class Client:
                    timeout: Optional[float] = None) -> None:
         """Copy the directory ``local_dir`` into ``remote_dir`` on relayd's
         side (made if missing), as a tar stream over put: bounded memory,
-        checked by sha256, unpacked by ``tar`` there (as ``user``, whose
-        files they then are). DirectoryError when tar fails."""
+        checked by sha256, unpacked there by relayd itself when it serves
+        "tree" (protocol 4.6), else by ``tar`` (as ``user``, whose files
+        they then are). DirectoryError when the unpacking fails."""
         _dirs.upload_dir(self, local_dir, remote_dir, user=user, timeout=timeout)
 
     def download_dir(self, remote_dir: str, local_dir: str, *, user: Optional[str] = None,

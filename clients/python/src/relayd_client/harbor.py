@@ -27,8 +27,9 @@ what Harbor's own Docker environment does, as its callers expect:
   runs instead of leaving it behind.
 - files: relayd's ``put``/``get`` (chunked, sha256-checked, atomic).
   Directories are the client's ``upload_dir``/``download_dir``: one tar
-  file over put/get, unpacked by ``tar`` on the other side (see
-  ``relayd_client._dirs`` for why not tar over stdin). Downloads read with
+  file over put/get, unpacked on the other side by relayd itself, or by
+  ``tar`` where relayd serves no trees (see ``relayd_client._dirs`` for
+  why not tar over stdin). Downloads read with
   the trial's user's rights: ``default_user`` when Harbor set one (root
   when that is root); between phases, the last one Harbor set that a
   command ran under (it downloads artifacts after the agent's phase);
