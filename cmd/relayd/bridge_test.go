@@ -122,9 +122,10 @@ func TestBridgeWritesWholePages(t *testing.T) {
 		outW.Close()
 		exited <- code
 	}()
-	// Until what the pipe holds stops growing: the bridge is blocked on it.
+	// Until the pipe is full, or what it holds has not grown for a second:
+	// the bridge is blocked on it.
 	held, still := 0, 0
-	for deadline := time.Now().Add(10 * time.Second); still < 20 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(10 * time.Second); held < bridgeBufBytes && still < 100 && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 		n, err := unix.IoctlGetInt(int(outR.Fd()), unix.TIOCINQ) // FIONREAD
 		if err != nil {
