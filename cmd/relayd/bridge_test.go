@@ -17,36 +17,8 @@ import (
 // the process at its other end for every 64 KiB of a body. The bytes go
 // through whole both ways.
 func TestBridgeWidensPipes(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "relayd.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() { // an echo in relayd's place
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		_, _ = io.Copy(c, c)
-		c.Close()
-	}()
-	inR, inW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	inW, outR, exited := runBridge(t, func(c net.Conn) { _, _ = io.Copy(c, c) }) // an echo in relayd's place
 	defer outR.Close()
-	exited := make(chan int, 1)
-	go func() {
-		code := bridgeMain([]string{"--socket", sock}, func(string) string { return "" }, inR, outW, io.Discard)
-		inR.Close()
-		outW.Close()
-		exited <- code
-	}()
 	data := bytes.Repeat([]byte("relayd bridge "), 300<<10) // 4.2 MB, past any pipe
 	got := make(chan []byte, 1)
 	go func() {
@@ -86,42 +58,16 @@ func TestBridgeWidensPipes(t *testing.T) {
 // 512-byte writes to a reader that does not read: written whole, they
 // fill the bridge's 1 MiB pipe; spliced, 256 pipe buffers of 512 bytes.
 func TestBridgeWritesWholePages(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "relayd.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	const piece, total = 512, 1536 << 10
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	inW, outR, exited := runBridge(t, func(c net.Conn) {
 		b := bytes.Repeat([]byte{'r'}, piece)
 		for n := 0; n < total; n += piece {
 			if _, err := c.Write(b); err != nil {
 				return
 			}
 		}
-	}()
-	inR, inW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	defer inW.Close()
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan int, 1)
-	go func() {
-		code := bridgeMain([]string{"--socket", sock}, func(string) string { return "" }, inR, outW, io.Discard)
-		inR.Close()
-		outW.Close()
-		exited <- code
-	}()
 	// Until the pipe is full, or what it holds has not grown for a second:
 	// the bridge is blocked on it.
 	held, still := 0, 0
@@ -148,4 +94,41 @@ func TestBridgeWritesWholePages(t *testing.T) {
 	if code := <-exited; code != 0 {
 		t.Errorf("the bridge exited %d; want 0 when relayd closes", code)
 	}
+}
+
+// runBridge runs bridgeMain on pipes, against serve in relayd's place on a
+// Unix socket (the connection is closed when serve returns). It returns
+// the bridge's stdin to write, its stdout to read, and its exit code.
+func runBridge(t *testing.T, serve func(net.Conn)) (stdin, stdout *os.File, exited <-chan int) {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "relayd.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		serve(c)
+	}()
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := make(chan int, 1)
+	go func() {
+		c := bridgeMain([]string{"--socket", sock}, func(string) string { return "" }, inR, outW, io.Discard)
+		inR.Close()
+		outW.Close()
+		code <- c
+	}()
+	return inW, outR, code
 }

@@ -100,6 +100,23 @@ func (f *fakeShim) send(kind byte, v wireMsg) {
 	}
 }
 
+// killSubject kills the subject (the stand-in's child, started by this
+// test) through a pidfd and waits until it has ended.
+func (f *fakeShim) killSubject() {
+	f.t.Helper()
+	pidfd, err := unix.PidfdOpen(f.subject, 0)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer unix.Close(pidfd)
+	if err := unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0); err != nil {
+		f.t.Fatal(err)
+	}
+	for !pidfdEnded(pidfd) {
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // started starts a subject on the fake shim, which answers with its child
 // (pid and start time as given).
 func (f *fakeShim) started(pid int, start uint64) (*shimRun, shimReply) {
@@ -240,17 +257,7 @@ func TestShimStartReapedWhileRead(t *testing.T) {
 	t.Run("ended", func(t *testing.T) {
 		// The stand-in does not wait: the subject it started stays a zombie.
 		f := newFakeShimOf(t, "sleep 60 & echo $!; exec sleep 60")
-		pidfd, err := unix.PidfdOpen(f.subject, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer unix.Close(pidfd)
-		if err := unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0); err != nil {
-			t.Fatal(err)
-		}
-		for !pidfdEnded(pidfd) {
-			time.Sleep(time.Millisecond)
-		}
+		f.killSubject()
 		racy(f)
 		run, rep := f.started(f.subject, f.start)
 		if rep.PID != f.subject || run.brokenErr() != nil {
@@ -284,17 +291,7 @@ func TestShimHonestExitTaken(t *testing.T) {
 	if rep.PID != f.subject {
 		t.Fatalf("start: pid %d; want %d", rep.PID, f.subject)
 	}
-	pidfd, err := unix.PidfdOpen(f.subject, 0) // the stand-in's child, started by this test
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(pidfd)
-	if err := unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0); err != nil {
-		t.Fatal(err)
-	}
-	for !pidfdEnded(pidfd) {
-		time.Sleep(time.Millisecond)
-	}
+	f.killSubject()
 	f.send(frExited, &shimExit{PID: f.subject, Signal: int(syscall.SIGKILL)})
 	select {
 	case st := <-run.exited:
