@@ -181,6 +181,28 @@ func (r *Reaper) watch(pidfd int) {
 // window.
 var watchDelay atomic.Int64
 
+// pidfdParent is the parent of a pidfd's process as the kernel gives it
+// through the pidfd (PIDFD_GET_INFO, Linux 6.13): one ioctl where /proc
+// takes an open, a read of the whole stat line and a close. 0 when the
+// process was reaped, or the kernel has no such ioctl (asked once; the
+// caller then reads /proc).
+func pidfdParent(fd int) int {
+	if noPidfdInfo.Load() {
+		return 0
+	}
+	info := unix.PidfdInfo{Mask: unix.PIDFD_INFO_PID}
+	switch err := unix.IoctlPidfdInfo(fd, &info); {
+	case err == nil && info.Mask&unix.PIDFD_INFO_PID != 0:
+		return int(info.Ppid)
+	case err == unix.ENOTTY, err == unix.EINVAL, err == unix.EOPNOTSUPP:
+		noPidfdInfo.Store(true)
+	}
+	return 0
+}
+
+// noPidfdInfo: the kernel answered PIDFD_GET_INFO as an unknown request.
+var noPidfdInfo atomic.Bool
+
 // pidfdEnded reports whether the process of a pidfd has ended (the pidfd
 // is readable), or whether asking failed, so that the watcher never waits
 // on a pidfd it cannot read.

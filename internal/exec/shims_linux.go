@@ -359,6 +359,13 @@ type shimRun struct {
 	usage    Usage // what the reaped processes used: from the exit frame, then the empty event
 }
 
+// subjectEnded reports whether the subject's exit was taken.
+func (run *shimRun) subjectEnded() bool {
+	run.sh.mu.Lock()
+	defer run.sh.mu.Unlock()
+	return run.ended
+}
+
 func (sh *shim) alive() bool {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -462,7 +469,12 @@ func (sh *shim) replied(rep shimReply) error {
 // reused since is not taken for the subject. The subject is the shim's
 // unreaped child until the shim reaps it, so its parent is the shim (a
 // process being reaped reads none) and its start time the one the shim
-// read. A pid that names no process any more was the subject's, reaped
+// read. Where the kernel gives a pidfd's parent (PIDFD_GET_INFO), that is
+// the check: the pidfd names a live child of the shim, which a reused pid
+// cannot be before the subject is reaped, and the start time stays the
+// shim's (what finds the subject again if the shim is lost; its exit is
+// still taken only once the pidfd says it has ended). Else /proc is read.
+// A pid that names no process any more was the subject's, reaped
 // already: its exit is then taken without a pidfd.
 func (run *shimRun) bindLocked(pid int, start uint64) error {
 	if pid <= 0 {
@@ -471,6 +483,12 @@ func (run *shimRun) bindLocked(pid int, start uint64) error {
 	fd, err := unix.PidfdOpen(pid, 0)
 	if err == unix.ESRCH {
 		run.pid, run.start, run.gone = pid, start, true
+		return nil
+	}
+	if err == nil && start != 0 && pidfdParent(fd) == run.sh.pid {
+		// The kernel's word through the pidfd itself: a live child of
+		// the shim, which no pid reused since can be.
+		run.pid, run.start, run.pidfd = pid, start, fd
 		return nil
 	}
 	e, serr := subjectStat(pid, run.sh.statBuf[:])

@@ -226,15 +226,68 @@ func TestShimBreaksTheWire(t *testing.T) {
 			f.wantBroken(run)
 		})
 	}
-	t.Run("start-names-another-process", func(t *testing.T) {
-		f := newFakeShim(t)
-		self, _ := statOf(os.Getpid()) // the test process: not the shim's child
-		run, rep := f.started(os.Getpid(), self.start)
-		if rep.PID != 0 {
-			t.Errorf("the start's pid as taken: %d; want 0 (none)", rep.PID)
+	for _, proc := range []bool{false, true} {
+		name := "start-names-another-process"
+		if proc {
+			name += "-read-in-proc"
 		}
-		f.wantBroken(run)
-	})
+		t.Run(name, func(t *testing.T) {
+			if proc {
+				withoutPidfdInfo(t)
+			}
+			f := newFakeShim(t)
+			self, _ := statOf(os.Getpid()) // the test process: not the shim's child
+			run, rep := f.started(os.Getpid(), self.start)
+			if rep.PID != 0 {
+				t.Errorf("the start's pid as taken: %d; want 0 (none)", rep.PID)
+			}
+			f.wantBroken(run)
+		})
+	}
+}
+
+// withoutPidfdInfo makes bindLocked read /proc, as on a kernel before
+// PIDFD_GET_INFO (6.13), for the rest of the test.
+func withoutPidfdInfo(t *testing.T) {
+	was := noPidfdInfo.Load()
+	noPidfdInfo.Store(true)
+	t.Cleanup(func() { noPidfdInfo.Store(was) })
+}
+
+// Where the kernel has PIDFD_GET_INFO, a start's reply is checked through
+// relayd's pidfd of the subject alone: its parent is the shim, and /proc
+// is not read (an open, a read and a close fewer per execute).
+func TestShimStartCheckedThroughPidfd(t *testing.T) {
+	if fd, err := unix.PidfdOpen(os.Getpid(), 0); err == nil {
+		info := unix.PidfdInfo{Mask: unix.PIDFD_INFO_PID}
+		err = unix.IoctlPidfdInfo(fd, &info)
+		unix.Close(fd)
+		if err != nil {
+			t.Skipf("this kernel has no PIDFD_GET_INFO: %v", err)
+		}
+	}
+	f := newFakeShim(t)
+	reads := 0
+	was := subjectStat
+	subjectStat = func(pid int, buf []byte) (procEntry, error) {
+		reads++
+		return was(pid, buf)
+	}
+	t.Cleanup(func() { subjectStat = was })
+	run, rep := f.started(f.subject, f.start)
+	if rep.PID != f.subject || rep.Start != f.start || run.brokenErr() != nil {
+		t.Fatalf("start: pid %d start %d, broken %v; want pid %d start %d taken",
+			rep.PID, rep.Start, run.brokenErr(), f.subject, f.start)
+	}
+	if reads != 0 {
+		t.Errorf("/proc was read %d times for the start; want 0", reads)
+	}
+	f.sh.mu.Lock()
+	got := pidfdParent(run.pidfd)
+	f.sh.mu.Unlock()
+	if got != f.pid {
+		t.Errorf("pidfdParent of the subject: %d; want the shim, %d", got, f.pid)
+	}
 }
 
 // /proc reads a process's state before its parent, so a subject reaped
@@ -245,6 +298,7 @@ func TestShimBreaksTheWire(t *testing.T) {
 // after it; the same entry for a subject that runs is still refused.
 func TestShimStartReapedWhileRead(t *testing.T) {
 	racy := func(f *fakeShim) {
+		withoutPidfdInfo(t)
 		was := subjectStat
 		subjectStat = func(pid int, buf []byte) (procEntry, error) {
 			if pid != f.subject {
