@@ -312,6 +312,7 @@ type cgScope struct {
 	dir     string
 	run     *shimRun
 	removed atomic.Bool // the leaf was removed, which the kernel allows only when it is empty
+	rm      sync.Mutex  // remove's: one at a time, so that final is read before the removal
 	// final is what the leaf's memory controller counted, read just
 	// before the leaf was removed (empty, so nothing more can count):
 	// the reply's usage and cause are made after the scope is closed.
@@ -418,6 +419,19 @@ func (s *cgScope) Members() ([]Member, error) {
 func (s *cgScope) leafMembers() ([]Member, error) {
 	if s.removed.Load() {
 		return nil, nil
+	}
+	if s.run != nil && s.run.subjectEnded() {
+		// Once the subject has ended, the leaf is of no more use, and an
+		// rmdir the kernel allows is its word that no process is in the
+		// leaf or below it (it refuses a populated cgroup): one syscall
+		// where cgroup.events took three, and the removal Close would do
+		// next. A leaf it refuses is read as below.
+		if err := faultCgroupRead(); err != nil {
+			return nil, err
+		}
+		if s.remove() {
+			return nil, nil
+		}
 	}
 	// "populated 0" is the kernel's word that no process is in the leaf or
 	// below it: one read, where listing them is a read per cgroup and a
@@ -620,6 +634,9 @@ func (s *cgScope) Signal(sig syscall.Signal) error {
 // signalLeaf signals every process of the leaf and of the cgroups below it,
 // and returns the pids it signalled.
 func (s *cgScope) signalLeaf(sig syscall.Signal) (map[int]bool, error) {
+	if s.removed.Load() {
+		return nil, nil // the kernel removed it empty: nothing can be in it
+	}
 	if sig == syscall.SIGKILL {
 		if err := faultCgroupRead(); err != nil {
 			return nil, err
@@ -734,6 +751,8 @@ func (s *cgScope) keep() {
 // remove removes the leaf, with the cgroups below it, if it is empty and
 // reports whether it is gone.
 func (s *cgScope) remove() bool {
+	s.rm.Lock()
+	defer s.rm.Unlock()
 	if s.removed.Load() {
 		return true
 	}
