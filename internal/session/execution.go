@@ -161,7 +161,7 @@ func (s *Server) startWith(cn *conn, req *protocol.Execute, reqID json.RawMessag
 	} else {
 		sh.ex = ex
 	}
-	go func() {
+	s.runners.run(func() {
 		res := s.run(ex)
 		ex.announceDone() // the subject never ran: no started
 		if ex.stream != nil {
@@ -176,7 +176,7 @@ func (s *Server) startWith(cn *conn, req *protocol.Execute, reqID json.RawMessag
 		s.untrack(ex)
 		close(ex.finished)
 		s.ended()
-	}()
+	})
 	return ex
 }
 

@@ -129,6 +129,7 @@ type Server struct {
 	shells   map[string]*shell // open shell sessions by name (shell.go), under mu
 	shellSeq uint64            // the last session's number, under mu
 	swept    sync.Once         // FIFOs of killed relayds removed (fifo_linux.go)
+	runners  *runners          // the executions' goroutines (runners.go)
 }
 
 // New returns a Server. It picks the first execution number so that
@@ -151,6 +152,7 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg, tokenDigest: sha256.Sum256(cfg.Token), log: cfg.Log,
 		stopping: make(chan struct{}), drained: make(chan struct{})}
+	s.runners = newRunners(s.stopping)
 	s.destroyCtx, s.destroy = context.WithCancel(context.Background())
 	s.nextID.Store(lastArtifact(cfg.ArtifactsDir))
 	// A subject that a destroy of the whole namespace kills was ended by the
