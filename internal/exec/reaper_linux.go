@@ -184,8 +184,9 @@ var watchDelay atomic.Int64
 // pidfdParent is the parent of a pidfd's process as the kernel gives it
 // through the pidfd (PIDFD_GET_INFO, Linux 6.13): one ioctl where /proc
 // takes an open, a read of the whole stat line and a close. 0 when the
-// process was reaped, or the kernel has no such ioctl (asked once; the
-// caller then reads /proc).
+// process was reaped, or the kernel refuses the ioctl (an older one says
+// ENOTTY, a seccomp filter may say EPERM: asked once; the caller then
+// reads /proc).
 func pidfdParent(fd int) int {
 	if noPidfdInfo.Load() {
 		return 0
@@ -194,13 +195,14 @@ func pidfdParent(fd int) int {
 	switch err := unix.IoctlPidfdInfo(fd, &info); {
 	case err == nil && info.Mask&unix.PIDFD_INFO_PID != 0:
 		return int(info.Ppid)
-	case err == unix.ENOTTY, err == unix.EINVAL, err == unix.EOPNOTSUPP:
+	case err != nil && err != unix.ESRCH:
 		noPidfdInfo.Store(true)
 	}
 	return 0
 }
 
-// noPidfdInfo: the kernel answered PIDFD_GET_INFO as an unknown request.
+// noPidfdInfo: the kernel refused PIDFD_GET_INFO for a reason other than
+// a reaped process.
 var noPidfdInfo atomic.Bool
 
 // pidfdEnded reports whether the process of a pidfd has ended (the pidfd

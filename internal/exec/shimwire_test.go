@@ -254,6 +254,30 @@ func withoutPidfdInfo(t *testing.T) {
 	t.Cleanup(func() { noPidfdInfo.Store(was) })
 }
 
+// pidfdParent of a process reaped since its pidfd was opened is 0, and
+// that is no reason to stop asking the kernel (only a refusal is).
+func TestPidfdParentOfAReapedProcess(t *testing.T) {
+	pid, _, exited, err := testReaper.ForkExec("/bin/sh", []string{"sh", "-c", "exit 3"},
+		&syscall.ProcAttr{Env: shEnv, Files: devNullFiles(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		<-exited
+		t.Skipf("pidfd_open: %v", err)
+	}
+	defer unix.Close(fd)
+	<-exited // reaped by the test's reaper
+	was := noPidfdInfo.Load()
+	if got := pidfdParent(fd); got != 0 {
+		t.Fatalf("pidfdParent of a reaped process: %d; want 0", got)
+	}
+	if noPidfdInfo.Load() != was {
+		t.Fatal("a reaped process turned PIDFD_GET_INFO off")
+	}
+}
+
 // Where the kernel has PIDFD_GET_INFO, a start's reply is checked through
 // relayd's pidfd of the subject alone: its parent is the shim, and /proc
 // is not read (an open, a read and a close fewer per execute).
