@@ -420,12 +420,14 @@ func (s *cgScope) leafMembers() ([]Member, error) {
 	if s.removed.Load() {
 		return nil, nil
 	}
-	if s.run != nil && s.run.subjectEnded() {
-		// Once the subject has ended, the leaf is of no more use, and an
-		// rmdir the kernel allows is its word that no process is in the
-		// leaf or below it (it refuses a populated cgroup): one syscall
-		// where cgroup.events took three, and the removal Close would do
-		// next. A leaf it refuses is read as below.
+	if s.run != nil && s.run.subtreeEmpty() {
+		// Once the subject has ended and its shim has no child left, the
+		// leaf is of no more use, and an rmdir the kernel allows is its
+		// word that no process is in the leaf or below it (it refuses a
+		// populated cgroup): one syscall where cgroup.events took three,
+		// and the removal Close would do next. A leaf it refuses is read
+		// as below. While survivors live (a settlement's looks) it is not
+		// tried: the shim's word is what makes it worth trying.
 		if err := faultCgroupRead(); err != nil {
 			return nil, err
 		}

@@ -359,11 +359,12 @@ type shimRun struct {
 	usage    Usage // what the reaped processes used: from the exit frame, then the empty event
 }
 
-// subjectEnded reports whether the subject's exit was taken.
-func (run *shimRun) subjectEnded() bool {
+// subtreeEmpty reports whether the subject's exit was taken and the shim
+// has said its subtree is empty.
+func (run *shimRun) subtreeEmpty() bool {
 	run.sh.mu.Lock()
 	defer run.sh.mu.Unlock()
-	return run.ended
+	return run.ended && run.empty
 }
 
 func (sh *shim) alive() bool {
