@@ -348,8 +348,9 @@ func extractTar(f *os.File, dir string, keep bool) error {
 		mode  fs.FileMode
 		mtime time.Time
 	}
-	var dirs []dirMeta // their modes and times are set last, so that a 0555 one can be filled
-	var links []string // symbolic links written, checked again at the end
+	var dirs []dirMeta        // their modes and times are set last, so that a 0555 one can be filled
+	var links []string        // symbolic links written, checked again at the end
+	seen := map[string]bool{} // directories looked at: they stay directories (no member replaces one)
 	tr = tar.NewReader(f)
 	for {
 		h, err := tr.Next()
@@ -363,7 +364,7 @@ func extractTar(f *os.File, dir string, keep bool) error {
 		if name == "." {
 			continue
 		}
-		if err := realDirs(root, path.Dir(name), true); err != nil {
+		if err := realDirs(root, path.Dir(name), seen); err != nil {
 			return fmt.Errorf("%w: %q: %w", ErrUnsafeArchive, h.Name, err)
 		}
 		mode := fs.FileMode(h.Mode).Perm()
@@ -423,7 +424,7 @@ func extractTar(f *os.File, dir string, keep bool) error {
 			}
 			// A file, reached through directories only: a hard link to a
 			// symbolic link would be that link read from another place.
-			if err := realDirs(root, path.Dir(from), false); err != nil {
+			if err := realDirs(root, path.Dir(from), nil); err != nil {
 				return fmt.Errorf("%w: %q links to %q: %w", ErrUnsafeArchive, h.Name, h.Linkname, err)
 			}
 			if fi, err := root.Lstat(from); err != nil || !fi.Mode().IsRegular() {
@@ -462,17 +463,21 @@ func extractTar(f *os.File, dir string, keep bool) error {
 
 // realDirs checks that every component of the slash-separated dir,
 // relative to root, is a directory and not a symbolic link, one at a
-// time from root (so that no Lstat follows a link on the way), making a
-// missing one (mode 0755) when mkdir is set.
-func realDirs(root *os.Root, dir string, mkdir bool) error {
+// time from root (so that no Lstat follows a link on the way). With seen
+// (the directories already looked at, which it adds to), a missing one
+// is made (mode 0755).
+func realDirs(root *os.Root, dir string, seen map[string]bool) error {
 	if dir == "." {
 		return nil
 	}
 	cur := ""
 	for _, c := range strings.Split(dir, "/") {
 		cur = path.Join(cur, c)
+		if seen[cur] {
+			continue
+		}
 		fi, err := root.Lstat(cur)
-		if errors.Is(err, fs.ErrNotExist) && mkdir {
+		if errors.Is(err, fs.ErrNotExist) && seen != nil {
 			if err = root.Mkdir(cur, 0o755); err == nil || errors.Is(err, fs.ErrExist) {
 				fi, err = root.Lstat(cur)
 			}
@@ -484,6 +489,9 @@ func realDirs(root *os.Root, dir string, mkdir bool) error {
 			return fmt.Errorf("its path passes through %s, a symbolic link", cur)
 		case !fi.IsDir():
 			return fmt.Errorf("its path passes through %s, which is not a directory", cur)
+		}
+		if seen != nil {
+			seen[cur] = true
 		}
 	}
 	return nil
