@@ -157,6 +157,7 @@ func TestTreeLinkVariants(t *testing.T) {
 		members []member
 		refused []string // named in the reply
 		absent  []string // not on disk afterwards, relative to the target
+		files   int64    // the reply's count of members written, when not 0
 	}{
 		{name: "dot-dot after a link",
 			members: []member{dirm("sub/"), link("sub/up", ".."), link("esc", "sub/up/.."), link("ok", "sub/up/sub")},
@@ -178,7 +179,7 @@ func TestTreeLinkVariants(t *testing.T) {
 			refused: []string{"hr"}, absent: []string{"hr"}},
 		{name: "an earlier link changed by a later member",
 			members: []member{dirm("sub/"), link("m", "sub"), link("n", "m/.."), link("m", ".")},
-			refused: []string{"n"}, absent: []string{"n"}},
+			refused: []string{"n"}, absent: []string{"n"}, files: 3},
 		{name: "a file made a link by a later member",
 			members: []member{dirm("sub/"), file("m", "x"), link("n", "m/.."), link("m", "sub")},
 			refused: []string{"n"}, absent: []string{"n"}},
@@ -226,6 +227,9 @@ func TestTreeLinkVariants(t *testing.T) {
 			if st["kind"] != "stored" {
 				t.Errorf("%s as %q: %v; want stored", c.name, user, st)
 				continue
+			}
+			if c.files != 0 && num(t, st, "files") != c.files {
+				t.Errorf("%s as %q: files %v; want %d (a link removed at the end is not counted)", c.name, user, st["files"], c.files)
 			}
 			refused := refusedNames(st)
 			for _, n := range c.refused {

@@ -107,8 +107,9 @@ type unpacker struct {
 
 // linkMade is a symbolic link the put wrote.
 type linkMade struct {
-	parts  []string
-	target string
+	parts   []string
+	target  string
+	counted bool // in count.files (not refused for its times or owner)
 }
 
 // treeError is an unpack that cannot go on.
@@ -315,12 +316,15 @@ func (u *unpacker) member(h *tar.Header, body io.Reader) error {
 			u.count.refuse(name, describe2(err))
 			return nil
 		}
+		if !u.keep {
+			u.links = append(u.links, linkMade{parts: parts, target: target})
+		}
 		if err := d.SetLinkMeta(base, timespec(h), uid, gid); err != nil {
 			u.count.refuse(name, describe2(err))
 			return nil
 		}
 		if !u.keep {
-			u.links = append(u.links, linkMade{parts, target})
+			u.links[len(u.links)-1].counted = true
 		}
 	case tar.TypeLink:
 		lparts, ok := memberPath(h.Linkname)
@@ -423,7 +427,7 @@ func (u *unpacker) recheck() {
 				name := strings.Join(l.parts, "/")
 				if err := d.Remove(base); err != nil {
 					why += "; removing it failed: " + describe2(err)
-				} else {
+				} else if l.counted {
 					u.count.files--
 				}
 				u.count.refuse(name, why+", once later members were written")
