@@ -320,6 +320,11 @@ func TestTreeLinksKeep(t *testing.T) {
 			t.Errorf(`"links":%v: %v; want a bad-request naming "links"`, bad, st)
 		}
 	}
+	// On a file's put it means nothing: refused, naming it.
+	r := cl.request(msg{"kind": "put", "id": 9, "path": filepath.Join(shared, "f"), "data": "eA==", "links": "keep"})
+	if e, _ := r["error"].(map[string]any); r["kind"] != "error" || !strings.Contains(fmt.Sprint(e["message"]), `"links"`) {
+		t.Errorf(`a file's put with "links":"keep": %v; want a bad-request naming "links"`, r)
+	}
 	if r := cl.request(msg{"kind": "ready"}); r["kind"] != "ready" {
 		t.Fatalf("after the refused puts: %v", r)
 	}
