@@ -49,6 +49,33 @@ type DirOptions struct {
 	// name or uid, optionally ":GROUP"; relayd must be root): the files
 	// UploadDir makes are the user's. "" is relayd's --subject-user.
 	User string
+	// Links says what happens to symbolic links. "" (the default): a link
+	// whose target leads outside the directory (absolute, or through the
+	// tree's other links) is refused, by relayd on an upload and by
+	// DownloadDir on the local side. LinksKeep: every link is kept as it
+	// is, whatever its target, as docker cp and tar keep a virtual
+	// environment's link to /usr/bin/python3 (protocol 4.6, "Trees").
+	// Either way nothing is ever written through a link: a member whose
+	// path passes through one, whether the archive made it or it was
+	// already there, is refused.
+	Links string
+}
+
+// LinksKeep is DirOptions.Links keeping every symbolic link as it is.
+const LinksKeep = "keep"
+
+// ErrBadOption is a DirOptions field with a value it does not take.
+var ErrBadOption = errors.New("client: a directory transfer's option has a value it does not take")
+
+// keep validates o.Links and says whether links are kept.
+func (o DirOptions) keep() (bool, error) {
+	switch o.Links {
+	case "":
+		return false, nil
+	case LinksKeep:
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: Links is %q; want \"\" or %q", ErrBadOption, o.Links, LinksKeep)
 }
 
 // UploadDir copies the tree under localDir into remoteDir on relayd's side
@@ -56,9 +83,14 @@ type DirOptions struct {
 // and replacing files of the same names. Regular files, directories and
 // symbolic links go with their permission bits and times; the files are
 // owned by the user who unpacks them (tar -o), not by their local owners.
-// A tree that fails to unpack may be partly there.
+// A tree that fails to unpack may be partly there. With Links LinksKeep,
+// relayd keeps every link as it is; by default it refuses one that leads
+// outside remoteDir, and the upload fails naming it.
 func (c *Conn) UploadDir(ctx context.Context, localDir, remoteDir string, opts DirOptions) error {
 	op := "UploadDir " + localDir
+	if _, err := opts.keep(); err != nil {
+		return err
+	}
 	src, err := filepath.EvalSymlinks(localDir)
 	if err != nil {
 		return fmt.Errorf("client: %s: %w", op, err)
@@ -89,7 +121,7 @@ func (c *Conn) UploadDir(ctx context.Context, localDir, remoteDir string, opts D
 		if err := c.beginExecution(); err != nil {
 			return err
 		}
-		t, err := c.putBody(ctx, remoteDir, tmp, fi.Size(), PutOptions{User: opts.User, Parents: true}, "tar")
+		t, err := c.putBody(ctx, remoteDir, tmp, fi.Size(), PutOptions{User: opts.User, Parents: true, links: opts.Links}, "tar")
 		c.endExecution()
 		if err != nil {
 			return fmt.Errorf("client: %s: %w", op, err)
@@ -121,11 +153,19 @@ func (c *Conn) UploadDir(ctx context.Context, localDir, remoteDir string, opts D
 // ErrUnsafeArchive before anything is written when its name or link
 // shows it, else when it is reached (a link through links written
 // before). Files keep their permission bits (without setuid, setgid and
-// sticky) and times; they are owned by the caller.
+// sticky) and times; they are owned by the caller. With Links LinksKeep
+// every link is kept as it is, whatever its target. Either way nothing
+// is written through a link, one of the archive's or one already in
+// localDir: a member whose path passes through one fails the download
+// with ErrUnsafeArchive, naming it.
 func (c *Conn) DownloadDir(ctx context.Context, remoteDir, localDir string, opts DirOptions) (err error) {
 	op := "DownloadDir " + remoteDir
+	keep, err := opts.keep()
+	if err != nil {
+		return err
+	}
 	if c.serves(extTree) {
-		return c.downloadTree(ctx, op, remoteDir, localDir, opts)
+		return c.downloadTree(ctx, op, remoteDir, localDir, opts, keep)
 	}
 	out, err := c.dirCommand(ctx, op, `t=$(mktemp) || exit; tar -c -f "$t" -C "$1" . || { s=$?; rm -f -- "$t"; exit $s; }; echo "$t"`,
 		opts.User, remoteDir)
@@ -151,7 +191,7 @@ func (c *Conn) DownloadDir(ctx context.Context, remoteDir, localDir string, opts
 	if err := os.MkdirAll(localDir, 0o755); err != nil {
 		return fmt.Errorf("client: %s: %w", op, err)
 	}
-	if err := extractTar(tmp, localDir); err != nil {
+	if err := extractTar(tmp, localDir, keep); err != nil {
 		return fmt.Errorf("client: %s into %s: %w", op, localDir, err)
 	}
 	return nil
@@ -163,7 +203,7 @@ const extTree = "tree"
 // downloadTree is DownloadDir from a relayd that packs the tree itself.
 // A member relayd refused to pack (a FIFO, a device) fails it with
 // ErrUnsafeArchive, as the archive's own check does.
-func (c *Conn) downloadTree(ctx context.Context, op, remoteDir, localDir string, opts DirOptions) error {
+func (c *Conn) downloadTree(ctx context.Context, op, remoteDir, localDir string, opts DirOptions, keep bool) error {
 	tmp, err := os.CreateTemp("", "relayd-download-*.tar")
 	if err != nil {
 		return fmt.Errorf("client: %s: %w", op, err)
@@ -186,7 +226,7 @@ func (c *Conn) downloadTree(ctx context.Context, op, remoteDir, localDir string,
 	if err := os.MkdirAll(localDir, 0o755); err != nil {
 		return fmt.Errorf("client: %s: %w", op, err)
 	}
-	if err := extractTar(tmp, localDir); err != nil {
+	if err := extractTar(tmp, localDir, keep); err != nil {
 		return fmt.Errorf("client: %s into %s: %w", op, localDir, err)
 	}
 	return nil
@@ -270,12 +310,15 @@ func writeTar(w io.Writer, dir string) error {
 }
 
 // extractTar unpacks the archive in f into dir. A first pass refuses what
-// its names show (absolute or escaping paths and link targets, devices,
-// fifos, unknown types) before anything is written; the second writes
-// through an os.Root, so that no write follows a link out of dir, and
-// refuses a link that would point out once the links written are followed,
-// when it is written and again at the end (removing it then).
-func extractTar(f *os.File, dir string) error {
+// its names show (absolute or escaping paths, devices, fifos, unknown
+// types; without keep, escaping link targets) before anything is written;
+// the second writes through an os.Root, so that nothing leaves dir, and
+// never through a link: each directory on a member's way is looked at
+// with Lstat and made if missing, and a link there (the archive's own,
+// or one already in dir) fails the extraction naming the member. Without
+// keep, a link that would point out once the links written are followed
+// is refused when it is written and again at the end (removing it then).
+func extractTar(f *os.File, dir string, keep bool) error {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
@@ -288,7 +331,7 @@ func extractTar(f *os.File, dir string) error {
 		if err != nil {
 			return err
 		}
-		if _, err := checkMember(h); err != nil {
+		if _, err := checkMember(h, keep); err != nil {
 			return err
 		}
 	}
@@ -305,8 +348,9 @@ func extractTar(f *os.File, dir string) error {
 		mode  fs.FileMode
 		mtime time.Time
 	}
-	var dirs []dirMeta // their modes and times are set last, so that a 0555 one can be filled
-	var links []string // symbolic links written, checked again at the end
+	var dirs []dirMeta        // their modes and times are set last, so that a 0555 one can be filled
+	var links []string        // symbolic links written, checked again at the end
+	seen := map[string]bool{} // directories looked at: they stay directories (no member replaces one)
 	tr = tar.NewReader(f)
 	for {
 		h, err := tr.Next()
@@ -316,29 +360,35 @@ func extractTar(f *os.File, dir string) error {
 		if err != nil {
 			return err
 		}
-		name, _ := checkMember(h)
+		name, _ := checkMember(h, keep)
 		if name == "." {
 			continue
 		}
-		if escapes(root, path.Dir(name)) {
-			return fmt.Errorf("%w: %q lies behind a link pointing outside", ErrUnsafeArchive, h.Name)
-		}
-		if err := root.MkdirAll(path.Dir(name), 0o755); err != nil {
-			return err
+		if err := realDirs(root, path.Dir(name), seen); err != nil {
+			return fmt.Errorf("%w: %q: %w", ErrUnsafeArchive, h.Name, err)
 		}
 		mode := fs.FileMode(h.Mode).Perm()
-		if h.Typeflag != tar.TypeDir {
-			// What the name holds now (a file, a link) is replaced, as tar does.
-			if fi, err := root.Lstat(name); err == nil && !fi.IsDir() {
-				if err := root.Remove(name); err != nil {
-					return err
-				}
+		fi, lerr := root.Lstat(name)
+		switch {
+		case lerr != nil:
+		case h.Typeflag == tar.TypeDir && fi.Mode()&fs.ModeSymlink != 0:
+			// Never followed, and never replaced: an earlier link may
+			// lead through it.
+			return fmt.Errorf("%w: %q: a symbolic link is there", ErrUnsafeArchive, h.Name)
+		case h.Typeflag != tar.TypeDir && !fi.IsDir():
+			// What the name holds now (a file, a link) is replaced, as
+			// tar does: a link is removed, not followed.
+			if err := root.Remove(name); err != nil {
+				return err
 			}
 		}
 		switch h.Typeflag {
 		case tar.TypeDir:
 			if err := root.Mkdir(name, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 				return err
+			}
+			if fi, err := root.Lstat(name); err != nil || !fi.IsDir() {
+				return fmt.Errorf("%w: %q: not a directory there", ErrUnsafeArchive, h.Name)
 			}
 			dirs = append(dirs, dirMeta{name, mode, h.ModTime})
 		case tar.TypeReg:
@@ -347,29 +397,40 @@ func extractTar(f *os.File, dir string) error {
 				return err
 			}
 			_, err = io.Copy(w, tr)
+			if err == nil {
+				err = w.Chmod(mode) // the file opened, not its name again
+			}
 			if cerr := w.Close(); err == nil {
 				err = cerr
 			}
 			if err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
-			if err := root.Chmod(name, mode); err != nil {
-				return err
-			}
 			_ = root.Chtimes(name, h.ModTime, h.ModTime)
 		case tar.TypeSymlink:
-			if escapes(root, path.Dir(name)+"/"+h.Linkname) {
+			if !keep && escapes(root, path.Dir(name)+"/"+h.Linkname) {
 				return fmt.Errorf("%w: %q links to %q, outside", ErrUnsafeArchive, h.Name, h.Linkname)
 			}
 			if err := root.Symlink(h.Linkname, name); err != nil {
 				return err
 			}
-			links = append(links, name)
+			if !keep {
+				links = append(links, name)
+			}
 		case tar.TypeLink:
-			if escapes(root, h.Linkname) {
+			from := path.Clean(h.Linkname)
+			if !keep && escapes(root, from) {
 				return fmt.Errorf("%w: %q links to %q, outside", ErrUnsafeArchive, h.Name, h.Linkname)
 			}
-			if err := root.Link(path.Clean(h.Linkname), name); err != nil {
+			// A file, reached through directories only: a hard link to a
+			// symbolic link would be that link read from another place.
+			if err := realDirs(root, path.Dir(from), nil); err != nil {
+				return fmt.Errorf("%w: %q links to %q: %w", ErrUnsafeArchive, h.Name, h.Linkname, err)
+			}
+			if fi, err := root.Lstat(from); err != nil || !fi.Mode().IsRegular() {
+				return fmt.Errorf("%w: %q links to %q, which is not a file of the tree", ErrUnsafeArchive, h.Name, h.Linkname)
+			}
+			if err := root.Link(from, name); err != nil {
 				return err
 			}
 		}
@@ -400,9 +461,46 @@ func extractTar(f *os.File, dir string) error {
 	return nil
 }
 
+// realDirs checks that every component of the slash-separated dir,
+// relative to root, is a directory and not a symbolic link, one at a
+// time from root (so that no Lstat follows a link on the way). With seen
+// (the directories already looked at, which it adds to), a missing one
+// is made (mode 0755).
+func realDirs(root *os.Root, dir string, seen map[string]bool) error {
+	if dir == "." {
+		return nil
+	}
+	cur := ""
+	for _, c := range strings.Split(dir, "/") {
+		cur = path.Join(cur, c)
+		if seen[cur] {
+			continue
+		}
+		fi, err := root.Lstat(cur)
+		if errors.Is(err, fs.ErrNotExist) && seen != nil {
+			if err = root.Mkdir(cur, 0o755); err == nil || errors.Is(err, fs.ErrExist) {
+				fi, err = root.Lstat(cur)
+			}
+		}
+		switch {
+		case err != nil:
+			return err
+		case fi.Mode()&fs.ModeSymlink != 0:
+			return fmt.Errorf("its path passes through %s, a symbolic link", cur)
+		case !fi.IsDir():
+			return fmt.Errorf("its path passes through %s, which is not a directory", cur)
+		}
+		if seen != nil {
+			seen[cur] = true
+		}
+	}
+	return nil
+}
+
 // checkMember returns h's cleaned name, or ErrUnsafeArchive for what its
-// header alone shows to be unsafe.
-func checkMember(h *tar.Header) (string, error) {
+// header alone shows to be unsafe; with keep, a symbolic link's target is
+// not judged.
+func checkMember(h *tar.Header, keep bool) (string, error) {
 	name := path.Clean(h.Name)
 	if !filepath.IsLocal(name) {
 		return "", fmt.Errorf("%w: %q is outside the directory", ErrUnsafeArchive, h.Name)
@@ -412,7 +510,10 @@ func checkMember(h *tar.Header) (string, error) {
 	case tar.TypeXGlobalHeader:
 		return ".", nil // pax defaults for what follows, not a member
 	case tar.TypeSymlink:
-		if path.IsAbs(h.Linkname) || !filepath.IsLocal(path.Join(path.Dir(name), h.Linkname)) {
+		if h.Linkname == "" {
+			return "", fmt.Errorf("%w: %q links to nothing", ErrUnsafeArchive, h.Name)
+		}
+		if !keep && (path.IsAbs(h.Linkname) || !filepath.IsLocal(path.Join(path.Dir(name), h.Linkname))) {
 			return "", fmt.Errorf("%w: %q links to %q, outside", ErrUnsafeArchive, h.Name, h.Linkname)
 		}
 	case tar.TypeLink:

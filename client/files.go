@@ -42,6 +42,8 @@ type PutOptions struct {
 	// regular *os.File (its size from its offset when PutFile starts: what
 	// is appended later is not sent).
 	Chunks bool
+
+	links string // a tree's "links" (protocol 4.6, "Trees"; UploadDir)
 }
 
 // Transferred is what relayd reports of a stored or fetched file.
@@ -172,6 +174,7 @@ func (c *Conn) putBody(ctx context.Context, path string, r io.Reader, n int64, o
 	sum := sha256.New()
 	send := sender(func(id int64) error {
 		m := putBodyWire{Token: c.token, Kind: kindPut, ID: id, Path: path, Body: n, User: opts.User, Parents: opts.Parents, Format: format}
+		m.Links = opts.links
 		if opts.Mode != 0 {
 			m.Mode = "0" + strconv.FormatUint(uint64(opts.Mode), 8)
 		}
@@ -232,6 +235,7 @@ type putBodyWire struct {
 	Mode    string `json:"mode,omitempty"`
 	User    string `json:"user,omitempty"`
 	Parents bool   `json:"parents,omitempty"`
+	Links   string `json:"links,omitempty"` // "keep": a tree's links as they are (UploadDir)
 }
 
 // watchPut reads the connection while a put's chunks go out, so that a

@@ -23,6 +23,12 @@ func checkFiles(verb string, o options, args []string) error {
 		}
 		return errors.New("wants two paths: relayctl get [flags] REMOTE LOCAL (LOCAL - is stdout)")
 	}
+	switch {
+	case o.links != "" && !o.recursive:
+		return errors.New("--links goes with -r: it says what happens to a directory's symbolic links")
+	case o.links != "" && o.links != client.LinksKeep:
+		return fmt.Errorf("--links %q: want keep (every symbolic link kept as it is), or leave it out", o.links)
+	}
 	if o.recursive {
 		switch {
 		case args[0] == "-" || args[1] == "-":
@@ -96,7 +102,7 @@ func getFile(ctx context.Context, c *client.Conn, o options, remote, local strin
 
 // putDir copies the directory local into remote (client.UploadDir).
 func putDir(ctx context.Context, c *client.Conn, o options, local, remote string, out printer) (int, error) {
-	if err := c.UploadDir(ctx, local, remote, client.DirOptions{User: o.user}); err != nil {
+	if err := c.UploadDir(ctx, local, remote, client.DirOptions{User: o.user, Links: o.links}); err != nil {
 		return 0, err
 	}
 	out.dir("stored", remote)
@@ -105,7 +111,7 @@ func putDir(ctx context.Context, c *client.Conn, o options, local, remote string
 
 // getDir copies the directory remote into local (client.DownloadDir).
 func getDir(ctx context.Context, c *client.Conn, o options, remote, local string, out printer) (int, error) {
-	if err := c.DownloadDir(ctx, remote, local, client.DirOptions{User: o.user}); err != nil {
+	if err := c.DownloadDir(ctx, remote, local, client.DirOptions{User: o.user, Links: o.links}); err != nil {
 		return 0, err
 	}
 	out.dir("content", local)

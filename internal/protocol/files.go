@@ -18,7 +18,7 @@ func readsFile(k string, i int) bool {
 		return true
 	case "exclude":
 		return k == "get"
-	case "replace", "owners":
+	case "replace", "owners", "links":
 		return k == "put"
 	case "data", "more", "mode", "parents":
 		return k == "put"
@@ -46,6 +46,9 @@ type Put struct {
 	// Tar: "format":"tar", the bytes are a tar stream unpacked into the
 	// directory Path (section 4.6, "Trees"), with Replace and Owners.
 	Tar, Replace, Owners bool
+	// KeepLinks: "links":"keep", every symbolic link of the tree is kept
+	// as it is, whatever its target (section 4.6, "Trees").
+	KeepLinks bool
 
 	Ignored []string // the request's unknown top-level fields (section 4.6)
 }
@@ -108,8 +111,14 @@ func (m *Message) Put(buf []byte, later bool) (*Put, *Error) {
 	if p.Owners, e = m.fileBool("put", "owners"); e != nil {
 		return nil, e
 	}
-	if !p.Tar && (p.Replace || p.Owners) {
-		return nil, newError(CatBadRequest, `put: "replace" and "owners" go with "format":"tar" only`)
+	if raw, present := m.optional("links"); present {
+		if s, ok := decodeString(raw); !ok || s != "keep" {
+			return nil, newError(CatBadRequest, `put: "links" must be "keep" (every symbolic link of the tree kept as it is) or absent (a link that leads outside the directory is refused)`)
+		}
+		p.KeepLinks = true
+	}
+	if !p.Tar && (p.Replace || p.Owners || p.KeepLinks) {
+		return nil, newError(CatBadRequest, `put: "replace", "owners" and "links" go with "format":"tar" only`)
 	}
 	if raw, present := m.optional("mode"); present {
 		s, ok := decodeString(raw)

@@ -141,7 +141,7 @@ func referenceIgnored(line []byte, kind string) []string {
 		known["path"], known["user"], known["body"], known["format"] = true, true, true, true
 		if kind == "put" {
 			known["data"], known["more"], known["mode"], known["parents"] = true, true, true, true
-			known["replace"], known["owners"] = true, true
+			known["replace"], known["owners"], known["links"] = true, true, true
 		} else {
 			known["exclude"] = true
 		}

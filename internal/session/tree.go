@@ -97,10 +97,19 @@ type dirMeta struct {
 type unpacker struct {
 	root    *env.Dir
 	owners  bool  // set the archive's owners (root only)
+	keep    bool  // "links":"keep": symbolic links are kept whatever their target
 	max     int64 // of regular files' bytes in all
 	count   treeCount
 	regular map[string]bool // members written as regular files: hard links may point at them
 	dirs    []dirMeta
+	links   []linkMade // without keep: judged again once every member is in
+}
+
+// linkMade is a symbolic link the put wrote.
+type linkMade struct {
+	parts   []string
+	target  string
+	counted bool // in count.files (not refused for its times or owner)
 }
 
 // treeError is an unpack that cannot go on.
@@ -112,8 +121,8 @@ func (e *treeError) Error() string { return e.msg }
 // would land outside root, or that is a device, a FIFO or of a kind tar
 // readers disagree on, is refused by name and skipped; a broken stream,
 // or one over max bytes, ends it with an error.
-func unpack(r io.Reader, root *env.Dir, owners bool, max int64) (treeCount, error) {
-	u := &unpacker{root: root, owners: owners, max: max, regular: map[string]bool{}}
+func unpack(r io.Reader, root *env.Dir, owners, keep bool, max int64) (treeCount, error) {
+	u := &unpacker{root: root, owners: owners, keep: keep, max: max, regular: map[string]bool{}}
 	tr := tar.NewReader(r)
 	seen := 0
 	for {
@@ -131,6 +140,7 @@ func unpack(r io.Reader, root *env.Dir, owners bool, max int64) (treeCount, erro
 			return u.count, err
 		}
 	}
+	u.recheck()
 	// Directories last, deepest first: their own times survive what was
 	// written into them.
 	slices.SortStableFunc(u.dirs, func(a, b dirMeta) int { return len(b.parts) - len(a.parts) })
@@ -235,6 +245,13 @@ func (u *unpacker) member(h *tar.Header, body io.Reader) error {
 			u.count.refuse(name, describe2(err))
 			return nil
 		}
+		if st, err := d.Lstat(base); err == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			// Never replaced: the link may be what an earlier link leads
+			// through; and never followed.
+			d.Close()
+			u.count.refuse(name, "a symbolic link is there")
+			return nil
+		}
 		sub, err := d.Sub(base, true, 0o700)
 		d.Close()
 		if err != nil {
@@ -262,6 +279,23 @@ func (u *unpacker) member(h *tar.Header, body io.Reader) error {
 	}
 	defer d.Close()
 	member := strings.Join(parts, "/")
+	if h.Typeflag == tar.TypeSymlink {
+		if h.Linkname == "" || strings.IndexByte(h.Linkname, 0) >= 0 {
+			u.count.refuse(name, "a symbolic link to no name")
+			return nil
+		}
+		if !u.keep {
+			// Judged against the tree as it stands on disk now, through
+			// its own descriptors: earlier links are followed as the
+			// kernel will follow them. Before what the name holds is
+			// replaced, so that a refused link leaves it as it was.
+			if why := u.leaves(parts, h.Linkname); why != "" {
+				u.count.refuse(name, why)
+				return nil
+			}
+		}
+	}
+	delete(u.regular, member) // whatever it held is replaced
 	if st, err := d.Lstat(base); err == nil {
 		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			u.count.refuse(name, "a directory is there")
@@ -278,18 +312,19 @@ func (u *unpacker) member(h *tar.Header, body io.Reader) error {
 	switch h.Typeflag {
 	case tar.TypeSymlink:
 		target := h.Linkname
-		if target == "" || strings.HasPrefix(target, "/") || strings.IndexByte(target, 0) >= 0 ||
-			!inside(path.Join(path.Dir(member), target)) {
-			u.count.refuse(name, "a symbolic link to outside the directory ("+target+")")
-			return nil
-		}
 		if err := d.Symlink(target, base); err != nil {
 			u.count.refuse(name, describe2(err))
 			return nil
 		}
+		if !u.keep {
+			u.links = append(u.links, linkMade{parts: parts, target: target})
+		}
 		if err := d.SetLinkMeta(base, timespec(h), uid, gid); err != nil {
 			u.count.refuse(name, describe2(err))
 			return nil
+		}
+		if !u.keep {
+			u.links[len(u.links)-1].counted = true
 		}
 	case tar.TypeLink:
 		lparts, ok := memberPath(h.Linkname)
@@ -302,10 +337,23 @@ func (u *unpacker) member(h *tar.Header, body io.Reader) error {
 			u.count.refuse(name, describe2(err))
 			return nil
 		}
+		// A file of this tree, as it is now: a hard link to a symbolic
+		// link would be that link with another directory to start from.
+		if st, err := src.Lstat(from); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			src.Close()
+			u.count.refuse(name, "a hard link to what is not a file of this tree ("+h.Linkname+")")
+			return nil
+		}
 		err = d.Link(src, from, base)
 		src.Close()
 		if err != nil {
 			u.count.refuse(name, describe2(err))
+			return nil
+		}
+		if st, err := d.Lstat(base); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			// Swapped for something else between the look and the link.
+			_ = d.Remove(base)
+			u.count.refuse(name, "a hard link to what is not a file of this tree ("+h.Linkname+")")
 			return nil
 		}
 		u.regular[member] = true
@@ -350,10 +398,43 @@ func (u *unpacker) member(h *tar.Header, body io.Reader) error {
 	return nil
 }
 
-// inside reports whether a cleaned relative path stays below the tree.
-func inside(p string) bool {
-	p = path.Clean(p)
-	return p != ".." && !strings.HasPrefix(p, "../") && !path.IsAbs(p)
+// leaves says why a symbolic link at parts to target would lead outside
+// the tree, judged on disk (env.Dir.Beneath), or "" when it stays in.
+func (u *unpacker) leaves(parts []string, target string) string {
+	err := u.root.Beneath(parts[:len(parts)-1], target)
+	var le *env.LeaveError
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &le):
+		return fmt.Sprintf("a symbolic link to outside the directory (%s): %s", target, le.Why)
+	}
+	return fmt.Sprintf("a symbolic link whose target (%s) cannot be judged: %s", target, describe2(err))
+}
+
+// recheck judges every link the put wrote again, once every member is
+// in: a later member may have changed what an earlier link leads through
+// (a link replaced by another, a file by a link). One that leads outside
+// now is removed and refused by name.
+func (u *unpacker) recheck() {
+	for _, l := range u.links {
+		d, base, err := u.parent(l.parts, false)
+		if err != nil {
+			continue // gone with what held it
+		}
+		if to, err := d.Readlink(base); err == nil && to == l.target {
+			if why := u.leaves(l.parts, l.target); why != "" {
+				name := strings.Join(l.parts, "/")
+				if err := d.Remove(base); err != nil {
+					why += "; removing it failed: " + describe2(err)
+				} else if l.counted {
+					u.count.files--
+				}
+				u.count.refuse(name, why+", once later members were written")
+			}
+		}
+		d.Close()
+	}
 }
 
 // packer writes a directory's members as a tar stream.
@@ -579,12 +660,12 @@ func (s *Server) openTree(x *transfer, p *protocol.Put) (*transfer, *fileError) 
 	}
 	pr, pw := io.Pipe()
 	t.pw = pw
-	max, owners, cred := s.maxFileBytes(), p.Owners, x.cred
+	max, owners, keep, cred := s.maxFileBytes(), p.Owners, p.KeepLinks, x.cred
 	go func() {
 		defer close(t.done)
 		defer root.Close()
 		err := asUser(cred, func() error {
-			t.count, t.err = unpack(pr, root, owners, max)
+			t.count, t.err = unpack(pr, root, owners, keep, max)
 			return nil
 		})
 		if t.err == nil {

@@ -6,16 +6,28 @@ checksummed and bounded whatever the size, and a refused or cut transfer
 leaves no half-unpacked tree behind. It needs tar in the container (every
 Debian, Ubuntu, Alpine and busybox image has one), unless relayd lists
 "tree" (protocol 4.6, "Trees"): then the archive goes as one put or get
-with "format":"tar", and relayd unpacks or packs it itself."""
+with "format":"tar", and relayd unpacks or packs it itself.
+
+Symbolic links (protocol 4.6, "Trees"): by default a link whose target
+leads outside the directory is refused, by relayd on the way up and here
+on the way down; with ``links="keep"`` every link is kept as it is,
+whatever its target (a virtual environment's link to /usr/bin/python3),
+as docker cp keeps them. Either way nothing is ever written through a
+link: here, every directory on a member's way is opened one name at a
+time with O_NOFOLLOW, and a member whose path passes through a link (the
+archive's own, or one already in the local directory) is refused."""
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import secrets
+import shutil
+import stat
 import tarfile
 import tempfile
-from typing import IO, TYPE_CHECKING, Any, Dict, Optional
+from typing import IO, TYPE_CHECKING, List, Optional, Tuple
 
 from . import _files
 from .errors import ProtocolError, RelaydError
@@ -42,6 +54,18 @@ def _failed(script: str, exit_code: int, stderr: Optional[str]) -> DirectoryErro
     return DirectoryError(f"{script.split()[0]} on relayd's side exited {exit_code}: {(stderr or '').strip()}")
 
 
+KEEP = "keep"
+
+
+def _keep(links: Optional[str]) -> bool:
+    """Validates a links argument: None (links that lead out are refused) or "keep"."""
+    if links is None:
+        return False
+    if links == KEEP:
+        return True
+    raise ValueError(f'links must be None or "keep", not {links!r}')
+
+
 def _remote_tar(remote_dir: str) -> str:
     return remote_dir.rstrip("/") + "/.relayd-upload-" + secrets.token_hex(8) + ".tar"
 
@@ -53,10 +77,10 @@ def _pack(local_dir: str, f: IO[bytes]) -> None:
     f.seek(0)
 
 
-def _unpack(f: IO[bytes], local_dir: str) -> None:
+def _unpack(f: IO[bytes], local_dir: str, keep: bool = False) -> None:
     f.seek(0)
     with tarfile.open(fileobj=f, mode="r") as tar:
-        _extract(tar, local_dir)
+        _extract(tar, local_dir, keep)
 
 
 def _run(c: "Client", script: str, *args: str, user: Optional[str], timeout: Optional[float]) -> str:
@@ -75,13 +99,16 @@ def _size(f: IO[bytes]) -> int:
     return os.fstat(f.fileno()).st_size
 
 
-def upload_dir(c: "Client", local_dir: str, remote_dir: str, *, user: Optional[str], timeout: Optional[float]) -> None:
+def upload_dir(c: "Client", local_dir: str, remote_dir: str, *, user: Optional[str], timeout: Optional[float],
+               links: Optional[str] = None) -> None:
+    keep = _keep(links)
     if not os.path.isdir(local_dir):
         raise NotADirectoryError(local_dir)
     if c._serves(_files.TREE, timeout) and c._serves(_files.BODY, timeout):
         with tempfile.TemporaryFile() as f:
             _pack(local_dir, f)
-            info = c._upload_body(remote_dir, f, _size(f), None, user, True, timeout, fmt="tar")
+            info = c._upload_body(remote_dir, f, _size(f), None, user, True, timeout, fmt="tar",
+                                  links=KEEP if keep else None)
         _refused("refused", info)
         return
     _run(c, MKDIR, remote_dir, user=user, timeout=timeout)
@@ -92,7 +119,9 @@ def upload_dir(c: "Client", local_dir: str, remote_dir: str, *, user: Optional[s
     _run(c, UNTAR, remote_tar, remote_dir, user=user, timeout=timeout)
 
 
-def download_dir(c: "Client", remote_dir: str, local_dir: str, *, user: Optional[str], timeout: Optional[float]) -> None:
+def download_dir(c: "Client", remote_dir: str, local_dir: str, *, user: Optional[str], timeout: Optional[float],
+                 links: Optional[str] = None) -> None:
+    keep = _keep(links)
     if c._serves(_files.TREE, timeout):
         with tempfile.TemporaryFile() as f:
             try:
@@ -101,14 +130,14 @@ def download_dir(c: "Client", remote_dir: str, local_dir: str, *, user: Optional
                 raise DirectoryError(str(e)) from e  # as tar's failure was: no such directory, say
             _refused("left out", info)
             os.makedirs(local_dir, exist_ok=True)
-            _unpack(f, local_dir)
+            _unpack(f, local_dir, keep)
         return
     remote_tar = _run(c, TAR, remote_dir, user=user, timeout=timeout).strip()
     try:
         os.makedirs(local_dir, exist_ok=True)
         with tempfile.TemporaryFile() as f:
             c.download_file_to(remote_tar, f, user=user, timeout=timeout)
-            _unpack(f, local_dir)
+            _unpack(f, local_dir, keep)
     finally:
         _run(c, RM, remote_tar, user=user, timeout=timeout)
 
@@ -121,15 +150,17 @@ async def _run_async(c: "AsyncClient", script: str, *args: str, user: Optional[s
 
 
 async def upload_dir_async(c: "AsyncClient", local_dir: str, remote_dir: str, *, user: Optional[str],
-                           timeout: Optional[float]) -> None:
+                           timeout: Optional[float], links: Optional[str] = None) -> None:
     """upload_dir for an AsyncClient: the tar file is made in a thread."""
+    keep = _keep(links)
     if not os.path.isdir(local_dir):
         raise NotADirectoryError(local_dir)
     if await c._serves(_files.TREE, timeout) and await c._serves(_files.BODY, timeout):
         loop = asyncio.get_running_loop()
         with tempfile.TemporaryFile() as f:
             await loop.run_in_executor(None, _pack, local_dir, f)
-            info = await c._upload_body(remote_dir, f, _size(f), None, user, True, timeout, fmt="tar")
+            info = await c._upload_body(remote_dir, f, _size(f), None, user, True, timeout, fmt="tar",
+                                        links=KEEP if keep else None)
         _refused("refused", info)
         return
     await _run_async(c, MKDIR, remote_dir, user=user, timeout=timeout)
@@ -142,8 +173,9 @@ async def upload_dir_async(c: "AsyncClient", local_dir: str, remote_dir: str, *,
 
 
 async def download_dir_async(c: "AsyncClient", remote_dir: str, local_dir: str, *, user: Optional[str],
-                             timeout: Optional[float]) -> None:
+                             timeout: Optional[float], links: Optional[str] = None) -> None:
     """download_dir for an AsyncClient: the tar file is unpacked in a thread."""
+    keep = _keep(links)
     if await c._serves(_files.TREE, timeout):
         loop = asyncio.get_running_loop()
         with tempfile.TemporaryFile() as f:
@@ -153,7 +185,7 @@ async def download_dir_async(c: "AsyncClient", remote_dir: str, local_dir: str, 
                 raise DirectoryError(str(e)) from e
             _refused("left out", info)
             os.makedirs(local_dir, exist_ok=True)
-            await loop.run_in_executor(None, _unpack, f, local_dir)
+            await loop.run_in_executor(None, _unpack, f, local_dir, keep)
         return
     remote_tar = (await _run_async(c, TAR, remote_dir, user=user, timeout=timeout)).strip()
     try:
@@ -161,27 +193,243 @@ async def download_dir_async(c: "AsyncClient", remote_dir: str, local_dir: str, 
         loop = asyncio.get_running_loop()
         with tempfile.TemporaryFile() as f:
             await c.download_file_to(remote_tar, f, user=user, timeout=timeout)
-            await loop.run_in_executor(None, _unpack, f, local_dir)
+            await loop.run_in_executor(None, _unpack, f, local_dir, keep)
     finally:
         await _run_async(c, RM, remote_tar, user=user, timeout=timeout)
 
 
-def _extract(tar: tarfile.TarFile, dest: str) -> None:
-    """Unpacks tar into dest, refusing members that would land outside it
-    (absolute paths, .., links pointing out, devices): the archive comes
-    from the container, which the subject could write."""
-    data_filter = getattr(tarfile, "data_filter", None)
-    if data_filter is not None:  # 3.12, and the 3.8.17+ to 3.11.4+ backports
-        kwargs: Dict[str, Any] = {"filter": data_filter}  # not in 3.9's stubs
-        tar.extractall(dest, **kwargs)
-        return
-    root = os.path.realpath(dest)
-    for m in tar.getmembers():
-        target = os.path.realpath(os.path.join(root, m.name))
-        bad = not (target == root or target.startswith(root + os.sep))
-        if m.issym() or m.islnk():
-            link = os.path.realpath(os.path.join(os.path.dirname(target), m.linkname))
-            bad = bad or not (link == root or link.startswith(root + os.sep))
-        if bad or m.isdev() or m.isfifo():
-            raise DirectoryError(f"the archive's member {m.name!r} would land outside {dest} or is not a plain file, directory or link")
-    tar.extractall(dest)  # noqa: S202 (checked above)
+# A directory held for names relative to it: O_PATH where there is one
+# (Linux), so that a directory the caller may not read is still passed.
+_DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_MAX_LINKS = 40
+
+
+def _unsafe(name: str, why: str) -> DirectoryError:
+    return DirectoryError(f"the archive's member {name!r} {why}")
+
+
+def _parts(name: str) -> Optional[List[str]]:
+    """A member's name as names below the directory, or None for an
+    absolute name or one with ".."."""
+    if name.startswith("/") or "\0" in name:
+        return None
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    return None if ".." in parts else parts
+
+
+def _open_dirs(root: int, parts: List[str], mkdir: bool, member: str) -> int:
+    """A descriptor of the directory parts below root, each name opened
+    with O_NOFOLLOW from the one before (made, 0755, when missing and
+    mkdir): a link or a file on the way is refused, never followed."""
+    fd = os.dup(root)
+    try:
+        for i, p in enumerate(parts):
+            where = "/".join(parts[:i + 1])
+            try:
+                st = os.lstat(p, dir_fd=fd)
+            except FileNotFoundError:
+                if not mkdir:
+                    raise _unsafe(member, f"passes through {where}, which is not there")
+                try:
+                    os.mkdir(p, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                st = os.lstat(p, dir_fd=fd)
+            if stat.S_ISLNK(st.st_mode):
+                raise _unsafe(member, f"passes through {where}, a symbolic link: nothing is written through one")
+            if not stat.S_ISDIR(st.st_mode):
+                raise _unsafe(member, f"passes through {where}, which is not a directory")
+            try:
+                nfd = os.open(p, _DIR_FLAGS, dir_fd=fd)
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise _unsafe(member, f"passes through {where}, which is not a directory any more") from e
+                raise
+            os.close(fd)
+            fd = nfd
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _leaves(root: int, start: List[str], target: str) -> Optional[str]:
+    """Why a link in the directory start (names below root) to target
+    leads outside root, following the links on disk as the kernel would
+    (".." is the parent of the directory reached), or None when it stays
+    inside. After a name that is missing or not a directory, any ".."
+    counts as leaving: a later link in its place could lead anywhere."""
+    if not target or target.startswith("/"):
+        return "an absolute target"
+    done: List[str] = []
+    todo = list(start) + target.split("/")
+    hops = 0
+    missing = ""
+    while todo:
+        c = todo.pop(0)
+        if c in ("", "."):
+            continue
+        if missing:
+            if c == "..":
+                return f'it climbs ("..") out of {missing}, which is not a directory there'
+            continue
+        if c == "..":
+            if not done:
+                return "it climbs above the directory"
+            done.pop()
+            continue
+        fd = _open_dirs(root, done, False, "/".join(done))
+        try:
+            try:
+                st = os.lstat(c, dir_fd=fd)
+            except FileNotFoundError:
+                missing = "/".join(done + [c])
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                hops += 1
+                if hops > _MAX_LINKS:
+                    return f"more than {_MAX_LINKS} links deep (a loop?)"
+                to = os.readlink(c, dir_fd=fd)
+                if not to or to.startswith("/"):
+                    return f"it leads through {'/'.join(done + [c])}, a link to {to}"
+                todo = to.split("/") + todo
+            elif stat.S_ISDIR(st.st_mode):
+                done.append(c)
+            else:
+                missing = "/".join(done + [c])
+        finally:
+            os.close(fd)
+    return None
+
+
+def _extract(tar: tarfile.TarFile, dest: str, keep: bool = False) -> None:
+    """Unpacks tar into dest. Refused, before anything is written: a member
+    that would land outside dest (an absolute name, ".."), a device, a FIFO,
+    a hard link to outside; without keep, a link whose target its name
+    shows to lead out. Then each member is written relative to dest's
+    descriptor, never through a link (a member under one, whoever made
+    it, is refused), and without keep each link is judged on disk, when
+    it is written and again at the end (removed then if it leads out).
+    Files keep their permission bits (without setuid, setgid, sticky) and
+    times; directories get theirs once everything is in."""
+    members = tar.getmembers()
+    for m in members:
+        parts = _parts(m.name)
+        if parts is None:
+            raise _unsafe(m.name, f"would land outside {dest}")
+        if m.issym():
+            if not m.linkname:
+                raise _unsafe(m.name, "links to no name")
+            if not keep and _lexically_out(parts[:-1], m.linkname):
+                raise _unsafe(m.name, f"links to {m.linkname!r}, outside {dest}")
+        elif m.islnk():
+            if _parts(m.linkname) in (None, []):
+                raise _unsafe(m.name, f"links to {m.linkname!r}, outside {dest}")
+        elif not (m.isreg() or m.isdir()):
+            raise _unsafe(m.name, f"would land outside {dest} or is not a plain file, directory or link")
+    root = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        dirs: List[Tuple[List[str], int, float]] = []
+        links: List[Tuple[List[str], str]] = []
+        for m in members:
+            parts = _parts(m.name) or []
+            if not parts:
+                continue
+            _member(tar, m, root, parts, keep, dirs, links)
+        out = []
+        for parts, target in links:
+            fd = _open_dirs(root, parts[:-1], False, "/".join(parts))
+            try:
+                if os.readlink(parts[-1], dir_fd=fd) == target and _leaves(root, parts[:-1], target):
+                    os.unlink(parts[-1], dir_fd=fd)
+                    out.append("/".join(parts))
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+        if out:
+            raise _unsafe(out[0], "points outside through the archive's other links")
+        for parts, mode, mtime in sorted(dirs, key=lambda d: -len(d[0])):
+            fd = _open_dirs(root, parts[:-1], False, "/".join(parts))
+            try:
+                dfd = os.open(parts[-1], os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            finally:
+                os.close(fd)
+            try:
+                os.fchmod(dfd, mode)
+                os.utime(dfd, (mtime, mtime))
+            finally:
+                os.close(dfd)
+    finally:
+        os.close(root)
+
+
+def _lexically_out(start: List[str], target: str) -> bool:
+    if target.startswith("/"):
+        return True
+    depth = len(start)
+    for p in target.split("/"):
+        if p == "..":
+            depth -= 1
+            if depth < 0:
+                return True
+        elif p not in ("", "."):
+            depth += 1
+    return False
+
+
+def _member(tar: tarfile.TarFile, m: tarfile.TarInfo, root: int, parts: List[str], keep: bool,
+            dirs: List[Tuple[List[str], int, float]], links: List[Tuple[List[str], str]]) -> None:
+    """Writes one member below root (see _extract)."""
+    name = parts[-1]
+    fd = _open_dirs(root, parts[:-1], True, m.name)
+    try:
+        try:
+            st: Optional[os.stat_result] = os.lstat(name, dir_fd=fd)
+        except FileNotFoundError:
+            st = None
+        if m.isdir():
+            if st is not None and stat.S_ISLNK(st.st_mode):
+                raise _unsafe(m.name, "is a directory where a symbolic link is: it is neither replaced nor followed")
+            if st is not None and not stat.S_ISDIR(st.st_mode):
+                os.unlink(name, dir_fd=fd)
+                st = None
+            if st is None:
+                os.mkdir(name, 0o700, dir_fd=fd)
+            dirs.append((parts, m.mode & 0o777, m.mtime))
+            return
+        if st is not None:
+            if stat.S_ISDIR(st.st_mode):
+                raise _unsafe(m.name, "is not a directory, and a directory is there")
+            os.unlink(name, dir_fd=fd)  # a link is removed, not followed
+        if m.isreg():
+            src = tar.extractfile(m)
+            assert src is not None
+            wfd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
+            with os.fdopen(wfd, "wb") as w:
+                shutil.copyfileobj(src, w)
+                os.fchmod(w.fileno(), m.mode & 0o777)
+                w.flush()
+                os.utime(w.fileno(), (m.mtime, m.mtime))
+        elif m.issym():
+            if not keep:
+                why = _leaves(root, parts[:-1], m.linkname)
+                if why:
+                    raise _unsafe(m.name, f"links to {m.linkname!r}, outside: {why}")
+            os.symlink(m.linkname, name, dir_fd=fd)
+            if not keep:
+                links.append((parts, m.linkname))
+        elif m.islnk():
+            src_parts = _parts(m.linkname) or []
+            sfd = _open_dirs(root, src_parts[:-1], False, m.name)
+            try:
+                sst = os.lstat(src_parts[-1], dir_fd=sfd)
+                if not stat.S_ISREG(sst.st_mode):
+                    raise _unsafe(m.name, f"links to {m.linkname!r}, which is not a file of the tree")
+                os.link(src_parts[-1], name, src_dir_fd=sfd, dst_dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError as e:
+                raise _unsafe(m.name, f"links to {m.linkname!r}, which is not there") from e
+            finally:
+                os.close(sfd)
+    finally:
+        os.close(fd)

@@ -79,12 +79,14 @@ class ShortBodyError(ValueError):
 
 
 def put_body_message(path: str, n: int, *, mode: Optional[int], user: Optional[str], parents: bool,
-                     fmt: Optional[str] = None) -> Dict[str, Any]:
+                     fmt: Optional[str] = None, links: Optional[str] = None) -> Dict[str, Any]:
     """The put line of a raw body of n bytes (without token and id); fmt
-    "tar" for a tree."""
+    "tar" for a tree, links "keep" to keep its links as they are."""
     msg: Dict[str, Any] = {"kind": "put", "body": n}
     if fmt is not None:
         msg["format"] = fmt
+    if links is not None:
+        msg["links"] = links
     return _head(msg, path, mode, user, parents)
 
 

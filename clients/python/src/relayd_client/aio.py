@@ -346,7 +346,8 @@ class AsyncClient:
         return self._write_lock
 
     async def _upload_body(self, path: str, data: _files.Source, size: int, mode: Optional[int], user: Optional[str],
-                           parents: bool, timeout: Optional[float], fmt: Optional[str] = None) -> FileInfo:
+                           parents: bool, timeout: Optional[float], fmt: Optional[str] = None,
+                           links: Optional[str] = None) -> FileInfo:
         """As Client._upload_body: the put's line, then its raw body, with
         no other line between them."""
         writer = self._writer
@@ -358,7 +359,7 @@ class AsyncClient:
         call = _wire.Call(id, "stored")
         fut: "asyncio.Future[_wire.Reply]" = asyncio.get_running_loop().create_future()
         self._pending[id] = (call, fut, True)
-        msg = _files.put_body_message(path, size, mode=mode, user=user, parents=parents, fmt=fmt)
+        msg = _files.put_body_message(path, size, mode=mode, user=user, parents=parents, fmt=fmt, links=links)
         try:
             async with self._wlock():
                 try:
@@ -432,16 +433,18 @@ class AsyncClient:
         return _files.stored(r, tally.n, tally.digest.hexdigest())
 
     async def upload_dir(self, local_dir: str, remote_dir: str, *, user: Optional[str] = None,
-                         timeout: Optional[float] = None) -> None:
+                         timeout: Optional[float] = None, links: Optional[str] = None) -> None:
         """As Client.upload_dir: a tar file (made in a thread) over put,
         unpacked on relayd's side by relayd itself when it serves "tree",
-        else by ``tar``."""
-        await _dirs.upload_dir_async(self, local_dir, remote_dir, user=user, timeout=timeout)
+        else by ``tar``; ``links="keep"`` keeps every symbolic link."""
+        await _dirs.upload_dir_async(self, local_dir, remote_dir, user=user, timeout=timeout, links=links)
 
     async def download_dir(self, remote_dir: str, local_dir: str, *, user: Optional[str] = None,
-                           timeout: Optional[float] = None) -> None:
-        """As Client.download_dir: a tar file over get, unpacked here in a thread."""
-        await _dirs.download_dir_async(self, remote_dir, local_dir, user=user, timeout=timeout)
+                           timeout: Optional[float] = None, links: Optional[str] = None) -> None:
+        """As Client.download_dir: a tar file over get, unpacked here in a
+        thread; ``links="keep"`` keeps every symbolic link, and nothing is
+        written through one."""
+        await _dirs.download_dir_async(self, remote_dir, local_dir, user=user, timeout=timeout, links=links)
 
     async def download_file(self, path: str, *, user: Optional[str] = None, timeout: Optional[float] = None) -> bytes:
         """As Client.download_file."""

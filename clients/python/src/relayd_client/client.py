@@ -432,7 +432,8 @@ class Client:
         return extension in self._extensions
 
     def _upload_body(self, path: str, data: _files.Source, size: int, mode: Optional[int], user: Optional[str],
-                     parents: bool, timeout: Optional[float], fmt: Optional[str] = None) -> FileInfo:
+                     parents: bool, timeout: Optional[float], fmt: Optional[str] = None,
+                     links: Optional[str] = None) -> FileInfo:
         """A put of one raw body (protocol 4.6, "Bulk bodies"): its line,
         then the size bytes, sent whole even when relayd refuses the put
         (it reads and drops them, and the stream stays in step)."""
@@ -441,7 +442,7 @@ class Client:
             id = self._next_id
             self._next_id += 1
             call = _wire.Call(id, "stored")
-            msg = _files.put_body_message(path, size, mode=mode, user=user, parents=parents, fmt=fmt)
+            msg = _files.put_body_message(path, size, mode=mode, user=user, parents=parents, fmt=fmt, links=links)
             try:
                 self._send(_wire.encode({"token": self._token, **msg, "id": id}))
                 for b in _files.body_pieces(data, size, tally):
@@ -484,21 +485,30 @@ class Client:
             left -= len(chunk)
 
     def upload_dir(self, local_dir: str, remote_dir: str, *, user: Optional[str] = None,
-                   timeout: Optional[float] = None) -> None:
+                   timeout: Optional[float] = None, links: Optional[str] = None) -> None:
         """Copy the directory ``local_dir`` into ``remote_dir`` on relayd's
         side (made if missing), as a tar stream over put: bounded memory,
         checked by sha256, unpacked there by relayd itself when it serves
         "tree" (protocol 4.6), else by ``tar`` (as ``user``, whose files
-        they then are). DirectoryError when the unpacking fails."""
-        _dirs.upload_dir(self, local_dir, remote_dir, user=user, timeout=timeout)
+        they then are). DirectoryError when the unpacking fails, or when
+        relayd refused a member: by default a symbolic link that leads
+        outside ``remote_dir``; with ``links="keep"`` every link is kept as
+        it is, whatever its target (a virtual environment's link to
+        /usr/bin/python3), as docker cp keeps it. Nothing is ever written
+        through a link. ``links`` other than None or "keep": ValueError."""
+        _dirs.upload_dir(self, local_dir, remote_dir, user=user, timeout=timeout, links=links)
 
     def download_dir(self, remote_dir: str, local_dir: str, *, user: Optional[str] = None,
-                     timeout: Optional[float] = None) -> None:
+                     timeout: Optional[float] = None, links: Optional[str] = None) -> None:
         """Copy the directory ``remote_dir`` on relayd's side into
         ``local_dir`` (made if missing), as a tar stream over get. Members
         that would land outside ``local_dir`` are refused (the container
-        is the subject's to write)."""
-        _dirs.download_dir(self, remote_dir, local_dir, user=user, timeout=timeout)
+        is the subject's to write), and nothing is written through a
+        symbolic link, the archive's or one already in ``local_dir``
+        (DirectoryError). By default a link that leads outside
+        ``local_dir`` is refused too; with ``links="keep"`` every link is
+        kept as it is, whatever its target, as docker cp keeps it."""
+        _dirs.download_dir(self, remote_dir, local_dir, user=user, timeout=timeout, links=links)
 
     def download_file(self, path: str, *, user: Optional[str] = None, timeout: Optional[float] = None) -> bytes:
         """The bytes of the file at ``path`` on relayd's side (relative to
