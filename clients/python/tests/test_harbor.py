@@ -486,6 +486,20 @@ class HarborCases(NoLeaks):
             self.assertFalse(Path(self.local, "x").exists())
         self.run_async(go())
 
+    def test_failed_tests_upload_is_harbors_add_tests_dir_error(self) -> None:
+        """Harbor's Verifier wraps a failed upload of the tests in
+        AddTestsDirError; from Docker's environment its cause is the
+        RuntimeError of docker compose cp, and so it is from the adapter's."""
+        from harbor.verifier.verifier import AddTestsDirError, Verifier
+
+        async def go() -> None:
+            e = self.env()
+            with mock.patch.object(rh, "TESTS_DIR", self.remote + "/tests"):
+                with self.assertRaises(AddTestsDirError) as cm:
+                    await Verifier(e, [Path(self.local, "no-tests")], tests_dir=self.remote + "/tests").verify()
+            self.assertIsInstance(cm.exception.__cause__, RuntimeError)
+        self.run_async(go())
+
 
 async def subject_user_download(t: Any, e: Any, token_path: str, token: str) -> None:
     """Issue 28 under relayd --subject-user nobody, with no user named by
