@@ -429,7 +429,7 @@ class HarborCases(NoLeaks):
             await e.upload_file(src, d + "/dangling")
             await e.upload_file(src, d + "/todir")
             r = await e.exec(f"cd {d} && cat dir/data.txt real/file real/new real/data.txt && stat -c %a dir/data.txt "
-                             "&& readlink rel dangling todir && [ -L rel ] && [ -d dir ]", cwd="/")
+                             "&& readlink rel dangling todir && [ -L rel ] && [ -d dir ]", cwd="/", user="root")
             self.assertEqual((r.stdout, r.return_code),
                              (f"new\nnew\nnew\nnew\n640\nreal/file\n{d}/real/new\n{d}/real\n", 0))
             await e.exec(f"rm -rf {d}", cwd="/", user="root")

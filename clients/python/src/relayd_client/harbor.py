@@ -400,9 +400,9 @@ class RelaydEnvironmentMixin:
             Client.download_dir(c, source_dir, str(target_dir), user=user, timeout=None, **_LINKS_KEEP)
             # Modes as docker cp keeps them (the host's extraction leaves out group and others' write bits,
             # and gives directories its own): what the container has, never through a link on either side.
+            # What find could list (a directory the user may not read is left out, as its members are).
             x = c.execute("sh", ["-c", _MODES, "sh", source_dir], cwd="/", user=user, capture_stderr=True)
-            if x.exit_code == 0:
-                _chmod_tree(str(target_dir), x.stdout)
+            _chmod_tree(str(target_dir), x.stdout or "")
 
         await self._relayd_transfer("download_dir", source_dir, target_dir, get)
 
