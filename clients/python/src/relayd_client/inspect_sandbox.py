@@ -71,7 +71,7 @@ from .errors import BadRequestError, ConnectionLostError, NotFoundError, ReplyTi
 from .results import FRAMEWORK_TIMEOUT, Executed, Output, Verified
 
 _FIELDS = ("container", "compose_service", "compose_project", "pod", "kube_container", "namespace",
-           "context", "command", "socket", "token", "token_file", "user", "cwd", "max_connections")
+           "context", "command", "socket", "relayd_path", "token", "token_file", "user", "cwd", "max_connections")
 
 T = TypeVar("T")
 
