@@ -403,7 +403,11 @@ func (s *Server) start(ex *execution, out *output, res *protocol.Executed) (*exe
 	badDir := func() (int, string) {
 		return protocol.ExitNotExecutable, fmt.Sprintf("cwd %s is not a directory that exists", dir)
 	}
-	path, err := env.LookPath(req.Command, subjectEnv, dir)
+	var cred *syscall.Credential
+	if ex.user != nil {
+		cred = ex.user.Cred
+	}
+	path, err := env.LookPath(req.Command, subjectEnv, dir, cred)
 	if err != nil {
 		if env.CheckDir(dir) != nil {
 			return failed(badDir())
