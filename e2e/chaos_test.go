@@ -267,6 +267,7 @@ func (ch *chaos) scenario(i int, mech string, shape chaosShape, behaviour string
 		time.Sleep(time.Duration(ch.rng.Intn(100)) * time.Millisecond)
 		d.signal(syscall.SIGTERM)
 		r = c.read(15 * time.Second)
+		c.c.Close() // no verify: relayd need not wait for one (rule 6.8)
 		ch.check(d.wait(15*time.Second) == 0, "sigterm: relayd exit status not 0")
 		delete(ch.daemons, mech)
 		if r == nil || r["kind"] == "error" {

@@ -59,12 +59,15 @@ func wantMode(t *testing.T, dir string) {
 	}
 }
 
-// --artifacts-layout maka writes Maka's relay's two files: the subject's
-// raw stdout and stderr, whole, in a directory made with mkdir -p and chmod
-// 700, overwritten by each execution (one that writes less leaves nothing
-// of the one before, one that never starts leaves them empty), bounded by
+// --artifacts-layout maka writes Maka's relay's two files as it writes
+// them under Harbor, whose exec merges stderr into stdout: the subject's
+// raw output, both streams, whole, in the stdout file and nothing in the
+// stderr file, in a directory made with mkdir -p and chmod 700,
+// overwritten by each execution (one that writes less leaves nothing of
+// the one before, one that never starts leaves them empty), bounded by
 // --max-artifact-bytes, with a carrier or without; without captureStdout
-// the stdout file is empty, as the relay sends that stdout to /dev/null.
+// the stdout file holds stderr alone, as the relay sends stdout to
+// /dev/null (TestMakaHarborMerge has the rest).
 func TestMakaArtifacts(t *testing.T) {
 	root := t.TempDir()
 	dir := filepath.Join(root, "logs", "artifacts") // neither exists yet
@@ -79,7 +82,7 @@ func TestMakaArtifacts(t *testing.T) {
 	if r["stdout"] != `{"answer":42}` {
 		t.Fatalf("carrier stdout %q; want the payload (the artifact must not change the carrier)", r["stdout"])
 	}
-	wantArtifacts(t, dir, "carrier", "noise\n"+fr+"\n", "err\x01\n")
+	wantArtifacts(t, dir, "carrier", "noise\n"+fr+"\nerr\x01\n", "")
 
 	// Overwritten, not appended, and mode 0700 again after a chmod.
 	if err := os.Chmod(dir, 0o755); err != nil {
@@ -87,17 +90,17 @@ func TestMakaArtifacts(t *testing.T) {
 	}
 	r = c.sh(`printf 'a\377b'; printf e >&2`, nil)
 	wantExit(t, r, "exited", 0)
-	wantArtifacts(t, dir, "raw", "a\xffb", "e")
+	wantArtifacts(t, dir, "raw", "a\xffbe", "")
 	wantMode(t, dir)
 
 	// Bounded by --max-artifact-bytes, per stream.
 	r = c.sh(`head -c 5000 /dev/zero | tr '\0' o; head -c 3000 /dev/zero | tr '\0' e >&2`, nil)
 	wantExit(t, r, "exited", 0)
-	wantArtifacts(t, dir, "past --max-artifact-bytes", strings.Repeat("o", 1024), strings.Repeat("e", 1024))
+	wantArtifacts(t, dir, "past --max-artifact-bytes", strings.Repeat("o", 1024), "")
 
 	r = c.sh(`printf out; printf err >&2`, msg{"captureStdout": false})
 	wantExit(t, r, "exited", 0)
-	wantArtifacts(t, dir, "captureStdout false", "", "err")
+	wantArtifacts(t, dir, "captureStdout false", "err", "")
 
 	// The directory removed between executions is made again.
 	if err := os.RemoveAll(dir); err != nil {
@@ -119,15 +122,15 @@ func TestMakaArtifacts(t *testing.T) {
 	early := d.connect()
 	early.send(msg{"kind": "execute", "command": "/bin/sh", "args": []string{"-c",
 		`printf A1; printf a1 >&2; while [ ! -e ` + q(goFile) + ` ]; do sleep 0.01; done; printf A2; printf a2 >&2`}})
-	wantArtifacts(t, dir, "first of two", "A1", "a1")
+	wantArtifacts(t, dir, "first of two", "A1a1", "")
 	wantExit(t, c.sh(`printf B`, nil), "exited", 0)
 	wantArtifacts(t, dir, "second of two", "B", "")
 	if err := os.WriteFile(goFile, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	r = early.read(10 * time.Second)
-	if r["stdout"] != "A1A2" {
-		t.Fatalf("the earlier execution's reply %v; want stdout A1A2", r)
+	if r["stdout"] != "A1a1A2a2" {
+		t.Fatalf("the earlier execution's reply %v; want stdout A1a1A2a2", r)
 	}
 	for end := time.Now().Add(200 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
 		wantArtifacts(t, dir, "after the earlier one ended", "B", "")

@@ -43,6 +43,11 @@ func testRule8ShutdownSettlesEveryExecution(t *testing.T, mech string) {
 	if alive(pid) {
 		t.Fatal("the TERM-ignoring subject outlived shutdown")
 	}
+	// The connection whose execution the shutdown ended is answered its
+	// verify (section 4.3), then closed.
+	if v := a.request(msg{"kind": "verify", "id": "v"}); v["kind"] != "verified" || v["quiescent"] != true {
+		t.Fatalf("verify after the shutdown's executed: got %v; want verified, quiescent", v)
+	}
 	if !a.closedByPeer(5*time.Second) || !idle.closedByPeer(5*time.Second) {
 		t.Fatal("connections stayed open after shutdown")
 	}

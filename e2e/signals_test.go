@@ -229,6 +229,7 @@ func signalsOnce(t *testing.T, path string, leave bool, run func(*testing.T, *da
 		if r := c.read(10 * time.Second); r == nil || r["kind"] != "executed" || r["settlement"] != "settled" {
 			t.Fatalf("got %v; want executed, settled", r)
 		}
+		c.c.Close() // no verify: relayd need not wait for one (rule 6.8)
 		if code := d.wait(15 * time.Second); code != 0 {
 			t.Fatalf("relayd exited %d after SIGTERM; want 0", code)
 		}

@@ -176,16 +176,31 @@ func Lookup(environ []string, name string) (string, bool) {
 	return "", false
 }
 
-// LookPath finds command the way execvp would for a subject: a name with a
-// slash is taken as a path (relative to dir), any other name is searched in
-// the PATH of environ. Errors wrap ErrNotFound or ErrNotExecutable.
-func LookPath(command string, environ []string, dir string) (string, error) {
+// LookPath finds command the way execvp would for a subject running with
+// cred (nil: relayd's own rights): a name with a slash is taken as a path
+// (relative to dir), any other name is searched in the PATH of environ.
+// Every look is made as the subject (lookAs: its uid, gid and groups, no
+// capabilities), so a directory of PATH the subject cannot search is
+// skipped as execvp skips it, and the program found is one the subject
+// can execute (protocol 4.2). Errors wrap ErrNotFound or ErrNotExecutable.
+func LookPath(command string, environ []string, dir string, cred *syscall.Credential) (string, error) {
+	var path string
+	var err error
+	if serr := lookAs(cred, func() {
+		path, err = lookPath(command, environ, dir, cred)
+	}); serr != nil {
+		return "", fmt.Errorf("%w: %s (its user's rights could not be taken: %v)", ErrNotExecutable, command, serr)
+	}
+	return path, err
+}
+
+func lookPath(command string, environ []string, dir string, cred *syscall.Credential) (string, error) {
 	if strings.Contains(command, "/") {
 		path := command
 		if !filepath.IsAbs(path) {
 			path = filepath.Join(dir, path)
 		}
-		if err := executable(path); err != nil {
+		if err := executable(path, cred); err != nil {
 			return "", fmt.Errorf("%w: %s", err, command)
 		}
 		return command, nil
@@ -203,7 +218,7 @@ func LookPath(command string, environ []string, dir string) (string, error) {
 			d = filepath.Join(dir, d)
 		}
 		path := filepath.Join(d, command)
-		switch err := executable(path); {
+		switch err := executable(path, cred); {
 		case err == nil:
 			return path, nil
 		case errors.Is(err, ErrNotExecutable):
@@ -216,15 +231,40 @@ func LookPath(command string, environ []string, dir string) (string, error) {
 	return "", fmt.Errorf("%w: %s (not in PATH)", ErrNotFound, command)
 }
 
-func executable(path string) error {
-	info, err := os.Stat(path)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+// executable reports whether the file at path is one a process with the
+// calling thread's file-system rights could execute: the stat is made
+// with them (so a directory on the way it cannot search answers EACCES),
+// and the permission asked with faccessat2(AT_EACCESS), which the kernel
+// decides with the thread's fsuid, fsgid and groups. Where the kernel or a
+// seccomp filter refuses faccessat2 (before Linux 5.8, old Docker
+// profiles), the mode bits are read as the kernel would for cred.
+func executable(path string, cred *syscall.Credential) error {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
 			return ErrNotFound
 		}
 		return ErrNotExecutable
 	}
-	if info.IsDir() || unix.Access(path, unix.X_OK) != nil {
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return ErrNotExecutable
+	}
+	err := unix.Faccessat2(unix.AT_FDCWD, path, unix.X_OK, unix.AT_EACCESS)
+	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
+		switch {
+		case cred == nil:
+			err = unix.Access(path, unix.X_OK)
+		case cred.Uid == 0:
+			if st.Mode&0o111 == 0 {
+				err = unix.EACCES
+			}
+		default:
+			if ok, _ := permits(path, &st, cred, 1); !ok {
+				err = unix.EACCES
+			}
+		}
+	}
+	if err != nil {
 		return ErrNotExecutable
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -309,7 +310,7 @@ func TestLookPath(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := LookPath(tt.command, tt.environ, dir)
+			got, err := LookPath(tt.command, tt.environ, dir, nil)
 			if tt.err != nil {
 				if !errors.Is(err, tt.err) {
 					t.Fatalf("LookPath(%q) = %q, %v; want %v", tt.command, got, err, tt.err)
@@ -340,13 +341,13 @@ func TestLookPathNotFromOwnDirectory(t *testing.T) {
 	fixture(t, own, "tool", 0o755)
 	t.Chdir(own)
 	subjectDir := t.TempDir()
-	if got, err := LookPath("./tool", nil, subjectDir); !errors.Is(err, ErrNotFound) {
+	if got, err := LookPath("./tool", nil, subjectDir, nil); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("LookPath(./tool) from %s = %q, %v; want ErrNotFound (the tool is only in relayd's own directory)", subjectDir, got, err)
 	}
 }
 
 func TestLookPathDefaultPath(t *testing.T) {
-	got, err := LookPath("sh", []string{"HOME=/", "LANG=C"}, t.TempDir())
+	got, err := LookPath("sh", []string{"HOME=/", "LANG=C"}, t.TempDir(), nil)
 	if err != nil {
 		t.Fatalf("LookPath(sh) without PATH = %v; want a hit in %s", err, DefaultPath)
 	}
@@ -355,7 +356,7 @@ func TestLookPathDefaultPath(t *testing.T) {
 	}
 	// The first directory of DefaultPath that has it, as execvp does.
 	for _, d := range filepath.SplitList(DefaultPath) {
-		if executable(filepath.Join(d, "sh")) == nil {
+		if executable(filepath.Join(d, "sh"), nil) == nil {
 			if got != filepath.Join(d, "sh") {
 				t.Fatalf("LookPath(sh) = %q; want the first hit %s", got, filepath.Join(d, "sh"))
 			}
@@ -363,7 +364,7 @@ func TestLookPathDefaultPath(t *testing.T) {
 		}
 	}
 	// A PATH that is present but lacks the program does not fall back.
-	if got, err := LookPath("sh", []string{"PATH=" + t.TempDir()}, "/"); !errors.Is(err, ErrNotFound) {
+	if got, err := LookPath("sh", []string{"PATH=" + t.TempDir()}, "/", nil); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("LookPath(sh) with a PATH lacking it = %q, %v; want ErrNotFound", got, err)
 	}
 }
@@ -391,5 +392,46 @@ func TestLookup(t *testing.T) {
 	}
 	if _, ok := Lookup(nil, "A"); ok {
 		t.Error("Lookup in nil found something")
+	}
+}
+
+// The lookup is the subject's: a PATH directory only root may search is
+// skipped for nobody, and root still finds its own copy first.
+func TestLookPathAsUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the lookup is made as nobody")
+	}
+	base, err := os.MkdirTemp("", "relayd-lookpath-") // t.TempDir's parent is 0700
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fixture(t, base, "private/prog", 0o755)
+	fixture(t, base, "public/prog", 0o755)
+	fixture(t, base, "public/plain", 0o644)
+	for _, d := range []struct {
+		dir  string
+		mode os.FileMode
+	}{{"private", 0o700}, {"public", 0o755}} {
+		if err := os.Chmod(filepath.Join(base, d.dir), d.mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	environ := []string{"PATH=" + filepath.Join(base, "private") + ":" + filepath.Join(base, "public")}
+	nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
+	if got, err := LookPath("prog", environ, "/", nobody); err != nil || got != filepath.Join(base, "public/prog") {
+		t.Fatalf("LookPath(prog) as nobody = %q, %v; want %s", got, err, filepath.Join(base, "public/prog"))
+	}
+	if got, err := LookPath("prog", environ, "/", nil); err != nil || got != filepath.Join(base, "private/prog") {
+		t.Fatalf("LookPath(prog) as relayd = %q, %v; want %s", got, err, filepath.Join(base, "private/prog"))
+	}
+	if got, err := LookPath(filepath.Join(base, "private/prog"), nil, "/", nobody); !errors.Is(err, ErrNotExecutable) {
+		t.Fatalf("LookPath(private/prog) as nobody = %q, %v; want ErrNotExecutable", got, err)
+	}
+	if got, err := LookPath("plain", environ, "/", nobody); !errors.Is(err, ErrNotExecutable) {
+		t.Fatalf("LookPath(plain) as nobody = %q, %v; want ErrNotExecutable", got, err)
 	}
 }

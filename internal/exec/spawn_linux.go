@@ -22,6 +22,11 @@ type Spec struct {
 	StdoutCopy io.WriteCloser // complete copy of stdout, closed at EOF; may be nil
 	Stderr     io.Writer      // captures stderr until the subject exits, like Stdout; nil drops it
 	StderrCopy io.WriteCloser // complete copy of stderr, closed at EOF; may be nil
+	// MergeStderr makes the subject's stderr its stdout pipe, as a docker
+	// exec without a terminal merges them: descriptors 1 and 2 are the
+	// same pipe, so the kernel keeps the order of what both write, and
+	// Stderr and StderrCopy are unused.
+	MergeStderr bool
 	// Credential, when set, runs the subject as another user: uid, gid and
 	// supplementary groups are switched before exec.
 	Credential *syscall.Credential
@@ -175,7 +180,10 @@ func Start(shims *Shims, scope Scope, spec Spec) (*Subject, error) {
 	}
 	stderr := int(devnull.w)
 	var errR *os.File
-	if spec.StderrCopy != nil || spec.Stderr != nil {
+	switch {
+	case spec.MergeStderr:
+		stderr = outW
+	case spec.StderrCopy != nil || spec.Stderr != nil:
 		var errW int
 		if errR, errW, err = pipe(0); err != nil {
 			closeAll()

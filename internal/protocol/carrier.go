@@ -25,6 +25,20 @@ type Carrier struct {
 	buf []byte    // the first CarrierLimit+1 bytes
 	n   int64     // every byte written
 	sum hash.Hash // SHA-256 of every byte written
+	// text, when set (CountText), counts the carrier's text as well: its
+	// counts are then those of the text (replaced.go).
+	text *textCount
+}
+
+// CountText makes the counts of every diagnostic (bytes, sha256, and the
+// oversize limit) those of the carrier's text, each ill-formed UTF-8
+// sequence replaced by U+FFFD, as Maka's relay counts what Harbor's exec
+// gives it: the maka layout's counts (docs/protocol.md, section 5). Call it
+// before the first Write.
+func (c *Carrier) CountText() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.text = newTextCount()
 }
 
 // NewCarrier returns an empty Carrier.
@@ -41,6 +55,9 @@ func (c *Carrier) Write(p []byte) (int, error) {
 	c.n += int64(n)
 	c.sum.Write(p)
 	c.buf = appendCapped(c.buf, p, CarrierLimit+1)
+	if c.text != nil {
+		c.text.write(p)
+	}
 	return n, nil
 }
 
@@ -51,6 +68,14 @@ func (c *Carrier) Write(p []byte) (int, error) {
 func (c *Carrier) Result(resultToken string) (string, Diagnostic) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.text != nil {
+		// The text is at least as long as the bytes: within the limit,
+		// buf holds the whole carrier.
+		if n, sum := c.text.result(); n > CarrierLimit {
+			return "", Diagnostic{Category: DiagOversize, Bytes: n, SHA256: sum, Counted: true}
+		}
+		return parseCarrier(c.buf, resultToken, true)
+	}
 	if c.n > CarrierLimit {
 		return "", Diagnostic{
 			Category: DiagOversize,
@@ -102,28 +127,51 @@ func (c *Carrier) Result(resultToken string) (string, Diagnostic) {
 // Unlike the reference, which sees text its framework decoded (each invalid
 // sequence U+FFFD, three bytes), the counts are of raw bytes (section 5:
 // "bytes counts raw bytes"); where the carrier is UTF-8 the two agree.
+// ParseCarrierText counts as the reference does.
 func ParseCarrier(carrier []byte, resultToken string) (string, Diagnostic) {
+	return parseCarrier(carrier, resultToken, false)
+}
+
+// ParseCarrierText is ParseCarrier with the counts of the carrier's text
+// (Carrier.CountText): each ill-formed UTF-8 sequence counts as U+FFFD,
+// three bytes, in bytes, sha256 and the oversize limit, as the reference
+// counts them.
+func ParseCarrierText(carrier []byte, resultToken string) (string, Diagnostic) {
+	return parseCarrier(carrier, resultToken, true)
+}
+
+func parseCarrier(carrier []byte, resultToken string, text bool) (string, Diagnostic) {
+	counted := countedDiagnostic
+	if text {
+		counted = func(category string, b []byte) Diagnostic { return textDiagnostic(category, b) }
+		if n, _ := replacedCounts(carrier); n > CarrierLimit {
+			return "", counted(DiagOversize, carrier)
+		}
+	}
 	if len(carrier) > CarrierLimit {
-		return "", countedDiagnostic(DiagOversize, carrier)
+		return "", counted(DiagOversize, carrier)
 	}
 	start, end, frames := findFrameLine(carrier, resultToken)
 	switch {
 	case frames == 0:
-		return "", countedDiagnostic(DiagMissing, carrier)
+		return "", counted(DiagMissing, carrier)
 	case frames > 1:
-		return "", countedDiagnostic(DiagAmbiguous, carrier)
+		return "", counted(DiagAmbiguous, carrier)
 	}
 	line := carrier[start:end]
 	var buf [MaxPayload]byte
 	n, ok := parseFrame(line, resultToken, &buf)
 	if !ok {
-		return "", countedDiagnostic(DiagInvalid, carrier)
+		return "", counted(DiagInvalid, carrier)
 	}
 	payload := string(buf[:n])
 	if len(line) == len(carrier) {
 		return payload, NoneDiagnostic()
 	}
 	at := bytes.Index(carrier, line) // at or before start
+	if text {
+		return payload, textDiagnostic(DiagUnstructured, carrier[:at], carrier[at+len(line):])
+	}
 	h := sha256.New()
 	h.Write(carrier[:at])
 	h.Write(carrier[at+len(line):])

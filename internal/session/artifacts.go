@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/relayd/relayd/internal/env"
+	"github.com/relayd/relayd/internal/exec"
 )
 
 // Artifact layouts (--artifacts-layout, protocol section 9).
@@ -168,3 +169,26 @@ func (m *makaArtifact) Write(p []byte) (int, error) {
 }
 
 func (m *makaArtifact) Close() error { return m.a.Close() }
+
+// asHarborGives routes an execution's stderr in the maka layout as
+// Harbor's exec gives the subject's output to Maka's relay: merged into
+// stdout (docs/protocol.md, section 9). With captureStdout, descriptors 1
+// and 2 are one pipe, so the carrier, the reply's stdout and the stdout
+// file hold both streams in the order written (the kernel's), and the
+// stderr file stays empty; without it stdout is dropped, as the relay
+// sends it to /dev/null, and stderr is what the stdout file holds. A
+// session's shell and a program on a pty keep their own streams.
+func (s *Server) asHarborGives(ex *execution, spec *exec.Spec) {
+	if s.cfg.ArtifactsLayout != LayoutMaka || ex.shell != nil || ex.req.Pty != nil {
+		return
+	}
+	closeAll(spec.StderrCopy)
+	spec.StderrCopy = nil
+	if ex.req.CaptureStdout {
+		spec.MergeStderr, spec.Stderr = true, nil
+		return
+	}
+	if s.cfg.ArtifactsDir != "" {
+		spec.StderrCopy = s.openMakaArtifact(ex, MakaStdoutFile, "stderr")
+	}
+}

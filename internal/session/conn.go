@@ -55,7 +55,16 @@ type conn struct {
 	lastStdin string       // the last execution with stdin or a pty that ended here: late stdin and resize messages for it are dropped
 	files     fileState    // the put in progress (files.go): execute is busy meanwhile
 	reads     atomic.Int32 // reads of a pty session's screen waiting (shell.go)
-	body      *bodyIn      // the raw body of the message being handled, if any (files.go)
+	// unread counts what the reader has read and the loop has not yet
+	// taken (a line, or the stream's end).
+	unread atomic.Int32
+	// endedByShutdown: the execution running here when the shutdown began
+	// was ended by it; the connection then waits for the verify after its
+	// executed reply (rule 6.8).
+	endedByShutdown    bool
+	answered           int     // verify requests answered so far
+	answeredAtShutdown int     // ... when the shutdown began
+	body               *bodyIn // the raw body of the message being handled, if any (files.go)
 }
 
 // serveConn runs one session to its end and reports whether it ended after
@@ -96,24 +105,39 @@ func (cn *conn) loop() string {
 		cn.write(cn.ready(nil))
 	}
 	stopping := cn.srv.stopping
+	// linger, once set, ends the wait of a connection whose execution the
+	// shutdown ended for the controller's verify (or close) after its
+	// executed reply (rule 6.8): --teardown-timeout after shutdownAt.
+	var linger <-chan time.Time
+	var shutdownAt time.Time
 	for {
 		// While an execution runs, its reply comes first; the session ends at
 		// shutdown only once every execution of relayd has been answered, and
-		// until then answers an execute with shutting-down.
+		// until then answers an execute with shutting-down. A line the reader
+		// has read is handled before the session ends: a verify read is
+		// always answered.
 		var curDone <-chan protocol.Executed
 		drained := cn.srv.drained
 		if cn.cur != nil {
 			curDone = cn.cur.done
 			drained = nil
 		}
+		if linger != nil || cn.unread.Load() > 0 {
+			drained = nil
+		}
 		inbound := in
 		if cn.paused != nil {
 			inbound = nil
+		}
+		var destroyed <-chan struct{}
+		if linger != nil {
+			destroyed = cn.srv.destroyCtx.Done()
 		}
 		select {
 		case <-cn.paused:
 			cn.paused = nil
 		case m := <-inbound:
+			cn.unread.Add(-1)
 			if m.err != nil {
 				return cn.peerEnded(m.err)
 			}
@@ -140,8 +164,32 @@ func (cn *conn) loop() string {
 			stopping = nil // seen once
 			if cn.cur != nil {
 				cn.cur.stop("shutdown")
+				cn.endedByShutdown, cn.answeredAtShutdown = true, cn.answered
 			}
+			shutdownAt = time.Now()
 		case <-drained:
+			if cn.unread.Load() > 0 {
+				break // the line read first: drained is looked at again after it
+			}
+			left := cn.srv.cfg.TeardownTimeout - time.Since(shutdownAt)
+			if !cn.endedByShutdown || cn.answered > cn.answeredAtShutdown || left <= 0 {
+				return "shutdown"
+			}
+			// The controller's verify follows the executed reply the shutdown
+			// made (Maka's controller sends it, and takes a closed connection
+			// for an infrastructure failure): it is waited for, and answered,
+			// until --teardown-timeout after the shutdown began, the bound the
+			// settlement already kept (rule 6.7), so the shutdown takes no
+			// longer than before.
+			t := time.NewTimer(left)
+			defer t.Stop()
+			linger = t.C
+		case <-linger:
+			return "shutdown"
+		case <-destroyed:
+			return "shutdown" // a second signal: no more waiting
+		}
+		if linger != nil && cn.answered > cn.answeredAtShutdown {
 			return "shutdown"
 		}
 		if cn.lost.Load() {
@@ -226,6 +274,7 @@ func (cn *conn) read(in chan<- inbound, done <-chan struct{}) {
 	var buf []byte // a body's, made for the first
 	for {
 		line, err := lr.ReadLine()
+		cn.unread.Add(1) // until the loop has it (loop: drained)
 		var m inbound
 		if err != nil {
 			m.err = err
@@ -262,6 +311,7 @@ func (cn *conn) read(in chan<- inbound, done <-chan struct{}) {
 		}
 		err = lr.CopyBody(w, m.body.n, buf)
 		close(m.body.copied)
+		cn.unread.Add(1)
 		select {
 		case in <- inbound{bodyDone: err == nil, err: err}:
 		case <-done:
@@ -565,6 +615,7 @@ func (cn *conn) answerVerifies() string {
 		v.Survivors, v.SurvivorsOmitted = cn.survivors()
 		cn.write(v)
 	}
+	cn.answered += len(cn.verifies)
 	cn.verifies = nil
 	cn.verified = true
 	if cn.dialOut {

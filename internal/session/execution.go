@@ -311,6 +311,9 @@ func (s *Server) run(ex *execution) (res protocol.Executed) {
 		Settlement: protocol.SettleNone, Survivors: []protocol.Survivor{},
 		Scope: protocol.ScopeInfo{Mechanism: s.cfg.Mechanism}, Termination: protocol.Exited}
 	out := newOutput(ex.req, s.cfg.MaxStdoutBytes, s.cfg.MaxStderrBytes)
+	if out.carrier != nil && s.cfg.ArtifactsLayout == LayoutMaka {
+		out.carrier.CountText() // as Maka's relay counts the text Harbor's exec gives it
+	}
 	var ended time.Time // when the subject's status was collected
 	defer func() {
 		if ended.IsZero() {
@@ -403,7 +406,11 @@ func (s *Server) start(ex *execution, out *output, res *protocol.Executed) (*exe
 	badDir := func() (int, string) {
 		return protocol.ExitNotExecutable, fmt.Sprintf("cwd %s is not a directory that exists", dir)
 	}
-	path, err := env.LookPath(req.Command, subjectEnv, dir)
+	var cred *syscall.Credential
+	if ex.user != nil {
+		cred = ex.user.Cred
+	}
+	path, err := env.LookPath(req.Command, subjectEnv, dir, cred)
 	if err != nil {
 		if env.CheckDir(dir) != nil {
 			return failed(badDir())
@@ -429,6 +436,7 @@ func (s *Server) start(ex *execution, out *output, res *protocol.Executed) (*exe
 	}
 	spec.Stdout, spec.Stderr = out.writers(ex.stream)
 	spec.StdoutCopy, spec.StderrCopy = s.openArtifacts(ex)
+	s.asHarborGives(ex, &spec) // the maka layout: stderr merged into stdout
 	if ex.shell != nil {
 		// Commands read from stdin, status on descriptor 3, output routed
 		// to the command that runs (shell.go).

@@ -437,9 +437,9 @@ func (s *Server) openTransfer(p *protocol.Put) (*transfer, *fileError) {
 	return nil, ferr
 }
 
-// commit makes the transfer's file the target: fsync, chmod, rename (with
-// the put's user's rights, relative to the directory held), then fsync
-// of that directory. A failure abandons the transfer.
+// commit makes the transfer's file the target: fsync, chmod (of its
+// descriptor) and rename (with the put's user's rights, the rename
+// relative to the directory held), then fsync of that directory. A failure abandons the transfer.
 func (x *transfer) commit() *fileError {
 	if x.tree != nil {
 		return x.tree.finish(x)
@@ -451,8 +451,18 @@ func (x *transfer) commit() *fileError {
 	if err := x.tmp.Sync(); err != nil {
 		return fail("flushing", err)
 	}
-	if err := x.tmp.Chmod(os.FileMode(x.mode&0o777) | modeBits(x.mode)); err != nil {
-		return fail("setting the mode of", err)
+	// fchmod of the descriptor, with the user's rights: the user owns the
+	// file it created, so no CAP_FOWNER is needed (Kubernetes' baseline
+	// drops it), and the kernel keeps setgid only for a group of the user's.
+	var chmodErr error
+	if err := asUser(x.cred, func() error {
+		chmodErr = x.tmp.Chmod(os.FileMode(x.mode&0o777) | modeBits(x.mode))
+		return nil
+	}); err != nil {
+		chmodErr = err
+	}
+	if chmodErr != nil {
+		return fail("setting the mode of", chmodErr)
 	}
 	if err := x.tmp.Close(); err != nil {
 		return fail("closing", err)
