@@ -512,3 +512,30 @@ func TestReadmeHarborTrial(t *testing.T) {
 	run("relayctl verify --settle-survivors")
 	d.stopClean()
 }
+
+// The README's Kubernetes settings work with the Pods as shipped: the
+// path it gives relayd is where their init container installs it, the
+// container and the Pod's name are theirs (TRIAL- is trial.sh's prefix).
+func TestReadmeKubernetesSettingsFitThePods(t *testing.T) {
+	section := readmeSection(t, "### On Kubernetes")
+	for _, base := range []string{"baseline", "restricted"} {
+		b, err := os.ReadFile(filepath.Join("..", "deploy", "kubernetes", base, "pod.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod := string(b)
+		for _, want := range []struct{ readme, pod string }{
+			{"`/opt/relayd/relayd`", `"install", "/opt/relayd/relayd"]`},
+			{"`/opt/relayd/relayd bridge`", `"install", "/opt/relayd/relayd"]`},
+			{"`kube_container: task`", "\n    - name: task\n"},
+			{"`pod: TRIAL-relayd-trial`", "\n  name: relayd-trial\n"},
+		} {
+			if !strings.Contains(section, want.readme) {
+				t.Errorf("README.md's Kubernetes section does not say %s", want.readme)
+			}
+			if !strings.Contains(pod, want.pod) {
+				t.Errorf("deploy/kubernetes/%s/pod.yaml has no %q, which the README's %s relies on", base, want.pod, want.readme)
+			}
+		}
+	}
+}

@@ -57,6 +57,42 @@ async def rest_of(it: Any) -> List[Any]:
             return out
 
 
+
+def _on_pty(argv: List[str], env: Dict[str, str], keys: bytes) -> str:
+    """Runs argv on a new pty, types keys once it has printed something,
+    and returns all it printed until it ends (at most 30 s)."""
+    import pty
+    import select
+    controller, replica = pty.openpty()
+    p = subprocess.Popen(argv, stdin=replica, stdout=replica, stderr=replica, env=env, start_new_session=True)
+    os.close(replica)
+    out = b""
+    typed = False
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            r, _, _ = select.select([controller], [], [], 1)
+            if not r:
+                continue
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # EIO: every replica closed
+                break
+            if not chunk:
+                break
+            out += chunk
+            if not typed and b"detaches" in out:
+                os.write(controller, keys)
+                typed = True
+    finally:
+        os.close(controller)
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    return out.decode(errors="replace")
+
 class SelfCheck:
     """The self-check's behaviours; a subclass says how to reach relayd."""
 
@@ -438,10 +474,10 @@ class SelfCheck:
         self.assertEqual(c.type, "relayd")
         argv = shlex.split(c.command)
         self.assertIn("relayctl", argv[0])
-        self.assertEqual(argv[1], "exec")
+        self.assertEqual(argv[1], "shell")
         token = ri._token(ri.sandbox_config(self.config))
         self.assertNotIn(token, c.command)
-        self.assertIn("--", argv)
+        self.assertIn("--cwd", argv)
         c = await self.env.connection(user="nobody")
         self.assertIn("--user", shlex.split(c.command))
 
@@ -546,19 +582,24 @@ class LocalSelfCheck(SelfCheck, unittest.IsolatedAsyncioTestCase):
         cls.d.close()
 
     async def test_connection_runs(self) -> None:
-        # The command a person runs: relayctl (beside the relayd binary under
-        # test) with the token from the environment, a shell fed on stdin.
+        # The command a person runs at a terminal: relayctl (beside the relayd
+        # binary under test) with the token from the environment, on a real
+        # pty; the shell has a terminal of its own, so bash -i has job control
+        # and says nothing about it.
         relayctl = os.path.join(os.path.dirname(relayd_binary()), "relayctl")
         if not os.access(relayctl, os.X_OK):
             self.skipTest(f"no relayctl beside {relayd_binary()} (make build makes both)")
         c = await self.env.connection()
         argv = shlex.split(c.command)
         argv[0] = relayctl
-        env = {"PATH": os.environ.get("PATH", ""), "RELAYD_TOKEN": self.d.token}
-        p = await asyncio.get_running_loop().run_in_executor(None, lambda: subprocess.run(
-            argv, input="echo via-connection; exit 7\n", capture_output=True, text=True, env=env, timeout=30))
-        self.assertIn("via-connection", p.stdout, p.stderr)
-        self.assertEqual(p.returncode, 7, p.stderr)
+        env = {"PATH": os.environ.get("PATH", ""), "RELAYD_TOKEN": self.d.token, "TERM": "dumb"}
+        out = await asyncio.get_running_loop().run_in_executor(None, lambda: _on_pty(
+            argv, env, b"echo via-$((6*7)); tty; exit 7\r"))
+        self.assertIn("via-42", out)
+        self.assertIn("/dev/pts/", out)  # the shell's own terminal
+        self.assertNotIn("no job control", out)
+        self.assertNotIn("cannot set terminal process group", out)
+        self.assertIn("ended", out)
 
     async def test_idle_connections_bounded(self) -> None:
         # A burst of execs opens bridges up to max_connections; afterwards two stay.
