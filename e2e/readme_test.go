@@ -539,3 +539,46 @@ func TestReadmeKubernetesSettingsFitThePods(t *testing.T) {
 		}
 	}
 }
+
+// Every make target the Makefile documents (a "## name:" line above its
+// rule) is named in the README, task-image included: a newcomer looking
+// for a task image finds how to make one.
+func TestReadmeNamesEveryTarget(t *testing.T) {
+	mk, err := os.ReadFile(filepath.Join("..", "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`(?m)^## ([a-z-]+):`).FindAllStringSubmatch(string(mk), -1) {
+		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(m[1]) + `:`).Match(mk) {
+			continue // a continuation of the comment above, not a target
+		}
+		if !strings.Contains(string(readme), "make "+m[1]+"`") && !strings.Contains(string(readme), "make "+m[1]+" ") {
+			t.Errorf("README.md does not name make %s", m[1])
+		}
+	}
+}
+
+// The README's example harness line is the one examples/harness.py's
+// docstring gives (one image name), and the README says where that image
+// comes from: docs/deploy.md, where deploy/docker/Dockerfile is shown.
+func TestReadmeHarnessImage(t *testing.T) {
+	line := regexp.MustCompile(`python3 examples/harness\.py --image \S+`)
+	section := readmeSection(t, "### Python")
+	inReadme := line.FindString(section)
+	script, err := os.ReadFile(filepath.Join("..", "examples", "harness.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inScript := line.FindString(string(script)); inReadme == "" || inReadme != inScript {
+		t.Errorf("README.md runs %q; examples/harness.py's docstring %q: want one image name", inReadme, inScript)
+	}
+	rest := section[strings.Index(section, inReadme):]
+	rest = rest[:strings.Index(rest, "It prints")]
+	if !strings.Contains(rest, "(docs/deploy.md") {
+		t.Errorf("README.md's harness paragraph does not point to docs/deploy.md for its image:\n%s", rest)
+	}
+}
