@@ -84,22 +84,59 @@ func readmeNetcatSession(t *testing.T) []readmeExample {
 	return out
 }
 
-// comparable keeps what the README's replies promise: it drops what varies
-// from run to run (the token, pids, durations, the version, the paths, the
-// execution ids and the mechanism), and counts survivors.
+// comparable is a reply as docs/netcat.md must show it: every field,
+// exactly, but for what varies from run to run or from host to host, whose
+// value is replaced by its name (its presence still compared): the token,
+// the paths, the version, the mechanism, durations, pids and start times,
+// uids, and the kernel's usage figures.
+// A survivor's argv in an executed reply is left out too: the reply can
+// catch the child between its fork and its exec (the parent's argv); the
+// verify after it shows the argv exactly. A survivor's session (its Linux
+// session id, a pid) varies; a shell session's name ("s-1") does not.
 func comparable(m map[string]any) map[string]any {
-	out := map[string]any{}
-	for k, v := range m {
-		switch k {
-		case "token", "durationMs", "version", "cwd", "execution", "scope", "usage":
-			continue // usage (4.8): the kernel's figures, which vary
-		case "survivors":
-			out[k] = len(v.([]any))
-		default:
-			out[k] = v
+	out := normalized(m).(map[string]any)
+	if m["kind"] == "executed" {
+		if survivors, ok := out["survivors"].([]any); ok {
+			for _, s := range survivors {
+				if s, ok := s.(map[string]any); ok {
+					s["argv"] = "<argv>"
+				}
+			}
 		}
 	}
 	return out
+}
+
+// volatile names the fields whose values vary from run to run.
+var volatile = map[string]bool{
+	"token": true, "cwd": true, "version": true, "mechanism": true, "durationMs": true,
+	"pid": true, "start": true, "uid": true,
+	"cpuUserMs": true, "cpuSystemMs": true, "maxRssBytes": true, "processes": true, "readBytes": true, "writeBytes": true,
+}
+
+func normalized(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		out := map[string]any{}
+		for k, x := range v {
+			_, text := x.(string)
+			_, number := x.(float64)
+			switch {
+			case volatile[k], k == "scope" && text, k == "session" && number: // ready's scope is the mechanism's name
+				out[k] = "<" + k + ">"
+			default:
+				out[k] = normalized(x)
+			}
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, x := range v {
+			out[i] = normalized(x)
+		}
+		return out
+	}
+	return v
 }
 
 // The README's netcat session is run as printed, against a relayd with
