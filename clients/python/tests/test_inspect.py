@@ -33,6 +33,12 @@ from typing import Any, Dict, List
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "stand_ins"))
 
+try:  # inspect_ai's own dependency, which the provider uses: skip without it
+    import anyio  # noqa: E402, F401
+except ImportError as e:
+    raise unittest.SkipTest(f"test_inspect needs {e.name or 'anyio'} (inspect_ai's dependency), which "
+                            f"{sys.executable} lacks (Debian: python3-anyio)") from None
+
 import inspect_ai.util as iu  # noqa: E402  (the stand-in)
 from relayd_fixture import REPO, Relayd, relayd_binary  # noqa: E402
 
@@ -723,13 +729,13 @@ class Adapter(unittest.TestCase):
 
 
 try:
-    import anyio  # noqa: E402
     import trio  # noqa: E402
-except ImportError:
-    anyio = None
+    _NO_TRIO = ""
+except ImportError as _e:
+    _NO_TRIO = _e.name or "trio"
 
 
-@unittest.skipUnless(anyio is not None, "anyio and trio are not installed (Debian: python3-anyio python3-trio)")
+@unittest.skipIf(_NO_TRIO, f"TrioAdapter needs {_NO_TRIO}, which {sys.executable} lacks (Debian: python3-trio)")
 class TrioAdapter(unittest.TestCase):
     """inspect may run under trio (anyio's other backend): the adapter's
     waits, its side-by-side execs and its cancellation hold there too."""

@@ -59,9 +59,11 @@ try:
     import anyio
     import anyio.to_thread
 except ImportError as _e:
+    _missing = _e.name or "inspect_ai"
     raise ImportError(
-        "relayd_client.inspect_sandbox is a sandbox provider for inspect_ai, which is not installed here: "
-        "pip install inspect-ai (relayd_client itself needs no framework)"
+        "relayd_client.inspect_sandbox is a sandbox provider for inspect_ai, which is not installed here"
+        + ("" if _missing.startswith("inspect_ai") else f" (its dependency {_missing} is missing)")
+        + ": pip install inspect-ai (relayd_client itself needs no framework)"
     ) from _e
 
 from . import _wire
