@@ -126,7 +126,8 @@ class RelaydEnvironment:
         self.config = config_class(**kwargs)
         if any(v == "RELAYD_TOKEN" for v in self.config.forward_env) or "RELAYD_TOKEN" in self.config.env:
             raise ValueError("RelaydEnvironment: RELAYD_TOKEN is relayd's secret and never goes to an action")
-        reach = [k for k in ("address", *_BRIDGE_FIELDS) if k != "socket" and getattr(self.config, k)]
+        # The ways to a relayd that runs (socket and the like only refine one).
+        reach = [k for k in ("address", "container", "compose_service", "pod", "command") if getattr(self.config, k)]
         self._client: Optional[Client] = None
         self._trial: Optional[DockerTrial] = None
         self._bridge: Optional[List[str]] = None
