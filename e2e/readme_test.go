@@ -84,22 +84,59 @@ func readmeNetcatSession(t *testing.T) []readmeExample {
 	return out
 }
 
-// comparable keeps what the README's replies promise: it drops what varies
-// from run to run (the token, pids, durations, the version, the paths, the
-// execution ids and the mechanism), and counts survivors.
+// comparable is a reply as docs/netcat.md must show it: every field,
+// exactly, but for what varies from run to run or from host to host, whose
+// value is replaced by its name (its presence still compared): the token,
+// the paths, the version, the mechanism, durations, pids and start times,
+// uids, and the kernel's usage figures.
+// A survivor's argv in an executed reply is left out too: the reply can
+// catch the child between its fork and its exec (the parent's argv); the
+// verify after it shows the argv exactly. A survivor's session (its Linux
+// session id, a pid) varies; a shell session's name ("s-1") does not.
 func comparable(m map[string]any) map[string]any {
-	out := map[string]any{}
-	for k, v := range m {
-		switch k {
-		case "token", "durationMs", "version", "cwd", "execution", "scope", "usage":
-			continue // usage (4.8): the kernel's figures, which vary
-		case "survivors":
-			out[k] = len(v.([]any))
-		default:
-			out[k] = v
+	out := normalized(m).(map[string]any)
+	if m["kind"] == "executed" {
+		if survivors, ok := out["survivors"].([]any); ok {
+			for _, s := range survivors {
+				if s, ok := s.(map[string]any); ok {
+					s["argv"] = "<argv>"
+				}
+			}
 		}
 	}
 	return out
+}
+
+// volatile names the fields whose values vary from run to run.
+var volatile = map[string]bool{
+	"token": true, "cwd": true, "version": true, "mechanism": true, "durationMs": true,
+	"pid": true, "start": true, "uid": true,
+	"cpuUserMs": true, "cpuSystemMs": true, "maxRssBytes": true, "processes": true, "readBytes": true, "writeBytes": true,
+}
+
+func normalized(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		out := map[string]any{}
+		for k, x := range v {
+			_, text := x.(string)
+			_, number := x.(float64)
+			switch {
+			case volatile[k], k == "scope" && text, k == "session" && number: // ready's scope is the mechanism's name
+				out[k] = "<" + k + ">"
+			default:
+				out[k] = normalized(x)
+			}
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, x := range v {
+			out[i] = normalized(x)
+		}
+		return out
+	}
+	return v
 }
 
 // The README's netcat session is run as printed, against a relayd with
@@ -513,4 +550,74 @@ func TestReadmeHarborTrial(t *testing.T) {
 	}
 	run("relayctl verify --settle-survivors")
 	d.stopClean()
+}
+
+// The README's Kubernetes settings work with the Pods as shipped: the
+// path it gives relayd is where their init container installs it, the
+// container and the Pod's name are theirs (TRIAL- is trial.sh's prefix).
+func TestReadmeKubernetesSettingsFitThePods(t *testing.T) {
+	section := readmeSection(t, "### On Kubernetes")
+	for _, base := range []string{"baseline", "restricted"} {
+		b, err := os.ReadFile(filepath.Join("..", "deploy", "kubernetes", base, "pod.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod := string(b)
+		for _, want := range []struct{ readme, pod string }{
+			{"`/opt/relayd/relayd`", `"install", "/opt/relayd/relayd"]`},
+			{"`/opt/relayd/relayd bridge`", `"install", "/opt/relayd/relayd"]`},
+			{"`kube_container: task`", "\n    - name: task\n"},
+			{"`pod: TRIAL-relayd-trial`", "\n  name: relayd-trial\n"},
+		} {
+			if !strings.Contains(section, want.readme) {
+				t.Errorf("README.md's Kubernetes section does not say %s", want.readme)
+			}
+			if !strings.Contains(pod, want.pod) {
+				t.Errorf("deploy/kubernetes/%s/pod.yaml has no %q, which the README's %s relies on", base, want.pod, want.readme)
+			}
+		}
+	}
+}
+
+// Every make target the Makefile documents (a "## name:" line above its
+// rule) is named in the README, task-image included: a newcomer looking
+// for a task image finds how to make one.
+func TestReadmeNamesEveryTarget(t *testing.T) {
+	mk, err := os.ReadFile(filepath.Join("..", "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`(?m)^## ([a-z-]+):`).FindAllStringSubmatch(string(mk), -1) {
+		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(m[1]) + `:`).Match(mk) {
+			continue // a continuation of the comment above, not a target
+		}
+		if !strings.Contains(string(readme), "make "+m[1]+"`") && !strings.Contains(string(readme), "make "+m[1]+" ") {
+			t.Errorf("README.md does not name make %s", m[1])
+		}
+	}
+}
+
+// The README's example harness line is the one examples/harness.py's
+// docstring gives (one image name), and the README says where that image
+// comes from: docs/deploy.md, where deploy/docker/Dockerfile is shown.
+func TestReadmeHarnessImage(t *testing.T) {
+	line := regexp.MustCompile(`python3 examples/harness\.py --image \S+`)
+	section := readmeSection(t, "### Python")
+	inReadme := line.FindString(section)
+	script, err := os.ReadFile(filepath.Join("..", "examples", "harness.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inScript := line.FindString(string(script)); inReadme == "" || inReadme != inScript {
+		t.Errorf("README.md runs %q; examples/harness.py's docstring %q: want one image name", inReadme, inScript)
+	}
+	rest := section[strings.Index(section, inReadme):]
+	rest = rest[:strings.Index(rest, "It prints")]
+	if !strings.Contains(rest, "(docs/deploy.md") {
+		t.Errorf("README.md's harness paragraph does not point to docs/deploy.md for its image:\n%s", rest)
+	}
 }

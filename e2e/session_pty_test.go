@@ -195,3 +195,39 @@ func TestSessionPtyCommandOutput(t *testing.T) {
 		s.until("late")
 	})
 }
+
+// Detaching from a pty session, as relayctl shell does (its connection
+// closed while a read waits for the screen), is normal: relayd logs no
+// warning for the reply it can no longer write.
+func TestDetachLogsNoWarning(t *testing.T) {
+	// At debug level, so that the failed write is seen whatever its level.
+	d := startRelayd(t, opts{args: []string{"--log-level", "debug"}})
+	defer d.stopClean()
+	opener := d.connect()
+	opened := opener.request(msg{"kind": "open", "pty": msg{"rows": 24, "cols": 80}})
+	if opened["kind"] != "opened" {
+		t.Fatalf("open: %v", opened)
+	}
+	name := opened["session"]
+	viewer := d.connect()
+	var next any
+	waitFor(t, 10*time.Second, "the prompt on the screen", func() bool {
+		r := viewer.request(msg{"kind": "read", "session": name, "from": 0})
+		next = r["next"]
+		return fmt.Sprint(r["data"]) != ""
+	})
+	viewer.send(msg{"kind": "read", "session": name, "from": next, "waitMs": 60000})
+	waitFor(t, 10*time.Second, "the viewer's connection to close", func() bool {
+		viewer.c.Close() // the detach: the read still waits
+		return strings.Contains(d.logs.String(), `"reason":"peer closed"`)
+	})
+	// Something new on the screen ends the waiting read; its reply finds
+	// the connection gone.
+	opener.send(msg{"kind": "stdin", "session": name, "data": "echo more\r"})
+	waitFor(t, 20*time.Second, "the waiting read's reply to fail", func() bool {
+		return strings.Contains(d.logs.String(), "write to peer failed")
+	})
+	if logs := d.logs.String(); strings.Contains(logs, `"level":"warn"`) {
+		t.Fatalf("a detach logged a warning:\n%s", logs)
+	}
+}

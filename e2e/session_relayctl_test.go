@@ -136,3 +136,98 @@ func TestReadmeRelayctlShell(t *testing.T) {
 		t.Fatalf("the README's relayctl shell example types %d lines; want a command and the detach key", typed)
 	}
 }
+
+// Reattaching to a shell session replays its screen, and what vim, a
+// pager and python printed there holds terminal queries (vim asks where
+// the cursor is, ESC[6n, what the terminal is, ESC[>c, its colours,
+// ESC]11;?): the local terminal answers what it is shown, and relayctl
+// shell must not type those answers into the shell. In a tmux pane of the
+// test's own: vi, :q, less, q, python3, exit(), detach, reattach, pwd,
+// and the line after pwd is the working directory, no command not found.
+func TestSessionRelayctlReattachAfterVim(t *testing.T) {
+	if _, err := exec.LookPath("vi"); err != nil {
+		t.Skip("vi not installed (apt-get install vim-tiny)")
+	}
+	for _, p := range []string{"less", "python3"} {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Skipf("%s not installed", p)
+		}
+	}
+	d, bin, tmux, pane := tmuxPerson(t, opts{})
+	defer d.stopClean()
+	// TERM=xterm-256color: vim then asks the most of the terminal.
+	script := `export TERM=xterm-256color; ` + q(bin) + ` shell; echo "first-exit=$?"; ` + q(bin) + ` shell --session s-1; echo "second-exit=$?"; sleep 600`
+	tmux("new-session", "-d", "-s", "person", "-x", "100", "-y", "30", "sh", "-c", script)
+	pane("ctrl-] detaches")
+	pane("bash-")
+	// screen waits until the pane shows want, and says what it showed.
+	screen := func(want string) string {
+		t.Helper()
+		var s string
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			s = tmux("capture-pane", "-p", "-J", "-S", "-2000", "-t", "person")
+			if strings.Contains(s, want) {
+				return s
+			} else if time.Now().After(deadline) {
+				t.Fatalf("timed out after 20s waiting for the pane to show %q; it shows:\n%s", want, s)
+			}
+		}
+	}
+	// prompt waits for the shell's prompt on the last line, below the line
+	// that typed cmd: keys typed while a program still ends can be lost to
+	// it (vim drops what was typed ahead), so a person waits for it.
+	prompt := func(cmd string) {
+		t.Helper()
+		waitFor(t, 20*time.Second, "the shell's prompt after "+cmd, func() bool {
+			s := strings.TrimRight(tmux("capture-pane", "-p", "-J", "-S", "-2000", "-t", "person"), "\n ")
+			i := strings.LastIndex(s, "# "+cmd+"\n")
+			return i >= 0 && (strings.HasSuffix(s, "$") || strings.HasSuffix(s, "#")) // root's prompt here
+		})
+	}
+	marker := func(name string) { // the shell's prompt back: a line only the shell's output shows
+		t.Helper()
+		tmux("send-keys", "-t", "person", "echo "+name+"-$((40+2))", "Enter")
+		screen(name + "-42")
+	}
+	tmux("send-keys", "-t", "person", "vi", "Enter")
+	screen("VIM - Vi IMproved")
+	tmux("send-keys", "-t", "person", ":q", "Enter")
+	prompt("vi")
+	marker("after-vi")
+	tmux("send-keys", "-t", "person", "seq 1 500 | less", "Enter")
+	screen("\n20\n")
+	tmux("send-keys", "-t", "person", "q")
+	prompt("seq 1 500 | less")
+	marker("after-less")
+	tmux("send-keys", "-t", "person", "python3", "Enter")
+	screen(">>> ")
+	tmux("send-keys", "-t", "person", "exit()", "Enter")
+	prompt("python3")
+	marker("after-python")
+	tmux("send-keys", "-t", "person", "C-]")
+	pane("first-exit=0")
+	waitFor(t, 20*time.Second, "the second relayctl shell", func() bool {
+		return strings.Count(tmux("capture-pane", "-p", "-J", "-S", "-2000", "-t", "person"), "ctrl-] detaches") >= 2
+	})
+	marker("reattached")
+	tmux("send-keys", "-t", "person", "pwd", "Enter")
+	marker("after-pwd")
+	shown := screen("after-pwd-42")
+	if strings.Contains(shown, "command not found") {
+		t.Fatalf("the terminal's answers to the replayed queries reached the shell as typed input:\n%s", shown)
+	}
+	lines := strings.Split(shown, "\n")
+	found := false
+	for i, l := range lines {
+		if strings.HasSuffix(l, "# pwd") || strings.HasSuffix(l, "$ pwd") {
+			if i+1 < len(lines) && strings.HasPrefix(lines[i+1], "/") {
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("pwd after reattaching did not show the working directory:\n%s", shown)
+	}
+	tmux("send-keys", "-t", "person", "exit", "Enter")
+	pane("second-exit=0")
+}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -175,4 +176,90 @@ func TestRelayctlStatusLeavesExecRunning(t *testing.T) {
 	}
 	boundary(t, d.connect(), msg{"survivors": "settle"})
 	d.stopClean()
+}
+
+// An open shell session's own processes (its shell, here bash --noprofile
+// --norc, pid P) are survivors on the wire (protocol 4.7), but relayctl
+// shows them as the session's, by its id, in status, survivors and
+// verify: a person counting what an agent left sees only that.
+func TestRelayctlShowsSessionsApart(t *testing.T) {
+	bin := relayctl(t)
+	d := startRelayd(t, opts{})
+	defer d.stopClean()
+	cl := d.connect()
+	r := cl.request(msg{"kind": "execute", "command": "sh", "args": []any{"-c", "sleep 300 >/dev/null 2>&1 & echo $!"}})
+	left, err := strconv.Atoi(strings.TrimSpace(fmt.Sprint(r["stdout"])))
+	if err != nil {
+		t.Fatalf("the leftover's pid: %v", r)
+	}
+	t.Cleanup(func() { killPid(left) }) // started by this test
+	opened := d.connect().request(msg{"kind": "open"})
+	if opened["kind"] != "opened" {
+		t.Fatalf("open: %v", opened)
+	}
+	name := fmt.Sprint(opened["session"])
+	var shell int
+	waitFor(t, 10*time.Second, "the session's shell in status", func() bool {
+		st := cl.request(msg{"kind": "status"})
+		ss, _ := st["sessions"].([]any)
+		if len(ss) != 1 {
+			return false
+		}
+		pid, err := strconv.Atoi(fmt.Sprint(ss[0].(map[string]any)["pid"]))
+		shell = pid
+		return err == nil
+	})
+	env := append(cleanEnv(), "RELAYD_TOKEN="+d.token, "RELAYCTL_ADDR="+d.addr)
+	run := func(verb string) (stdout, stderr string) {
+		cmd := exec.Command(bin, verb)
+		cmd.Env = env
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		if err := testharness.RunWithin(cmd, 30*time.Second); err != nil {
+			t.Fatalf("relayctl %s: %v; stderr: %s", verb, err, errOut.String())
+		}
+		return out.String(), errOut.String()
+	}
+	// rows are the lines of text whose first field is pid.
+	rows := func(text string, pid int) []string {
+		var out []string
+		for _, l := range strings.Split(text, "\n") {
+			if f := strings.Fields(l); len(f) > 0 && f[0] == strconv.Itoa(pid) {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+
+	out, _ := run("status")
+	if !strings.Contains(out, "shell sessions: "+name) {
+		t.Errorf("relayctl status does not name the session %s:\n%s", name, out)
+	}
+	i := strings.Index(out, "survivors (what executions left): 1\n")
+	if i < 0 {
+		t.Fatalf("relayctl status does not count 1 survivor apart:\n%s", out)
+	}
+	if r := rows(out[:i], shell); len(r) != 1 || !strings.Contains(r[0], name) {
+		t.Errorf("relayctl status does not list the shell %d as %s's: %q\n%s", shell, name, r, out)
+	}
+	if len(rows(out[i:], shell)) != 0 || len(rows(out[i:], left)) != 1 {
+		t.Errorf("relayctl status's survivors are not the leftover %d alone:\n%s", left, out[i:])
+	}
+
+	out, errOut := run("survivors")
+	if len(rows(out, shell)) != 0 || len(rows(out, left)) != 1 {
+		t.Errorf("relayctl survivors lists the session's shell %d, or not the leftover %d:\n%s", shell, left, out)
+	}
+	if !strings.Contains(errOut, "shell session "+name) {
+		t.Errorf("relayctl survivors does not say %s holds a process: %q", name, errOut)
+	}
+
+	_, errOut = run("verify")
+	if !strings.Contains(errOut, "quiescent, 1 survivor;") || !strings.Contains(errOut, "shell session "+name+" (1 process)") {
+		t.Errorf("relayctl verify counts the session's shell as a survivor:\n%s", errOut)
+	}
+	if !strings.Contains(errOut, fmt.Sprintf("survivor %d sleep 300", left)) ||
+		!strings.Contains(errOut, fmt.Sprintf("shell session %s: %d bash", name, shell)) {
+		t.Errorf("relayctl verify does not list the leftover as a survivor and the shell as %s's:\n%s", name, errOut)
+	}
 }

@@ -176,8 +176,9 @@ func TestKillNineIsNotOOM(t *testing.T) {
 	})
 }
 
-// memoryBytes and pids are refused, with the reason, where the mechanism
-// cannot set them (here the cgroup v2 hierarchy has no memory controller).
+// memoryBytes and pids are refused, with the reason and what to do, where
+// the mechanism cannot set them (here the cgroup v2 hierarchy has no memory
+// controller): a cgroup2 relayd may write, or the rlimit that comes closest.
 func TestCgroupLimitRefused(t *testing.T) {
 	eachScope(t, func(t *testing.T, mech string) {
 		if mech == "cgroup" {
@@ -195,6 +196,16 @@ func TestCgroupLimitRefused(t *testing.T) {
 		}
 		if r["kind"] != "error" || e["category"] != "bad-request" || !strings.Contains(fmt.Sprint(e["message"]), says) {
 			t.Errorf("memoryBytes: got %v; want a bad-request that says %q", r, says)
+		}
+		for name, rlimit := range map[string]string{"memoryBytes": "addressSpaceBytes", "pids": "processes"} {
+			r := cl.request(msg{"kind": "execute", "command": "/bin/true", "limits": msg{name: 1 << 20}})
+			e, _ := r["error"].(map[string]any)
+			m := fmt.Sprint(e["message"])
+			for _, what := range []string{"--scope=cgroup", "writable cgroup2", "the " + rlimit + " rlimit"} {
+				if !strings.Contains(m, what) {
+					t.Errorf("%s: the refusal %q does not say what to do: want %q in it", name, m, what)
+				}
+			}
 		}
 		d.stopClean()
 	})

@@ -7,9 +7,10 @@ reached by docker exec -i relayd bridge), run an "agent" with a deadline,
 end the agent's time with verify, run the verifier through relayd, print
 one line with what a harness records, and remove the container.
 
-    python3 examples/harness.py --image relayd-test-eval:TAG
+    python3 examples/harness.py --image your-task-image:relayd
 
-IMAGE is a task image with relayd added by deploy/docker/Dockerfile. The
+The image is a task image with relayd added by deploy/docker/Dockerfile
+(docs/deploy.md, "Putting relayd into an eval container"). The
 agents are small shell and Python programs standing in for agent CLIs; a
 Python agent hands back its result with relayd_client.write_result (the
 client's source is mounted into the container read-only for that).

@@ -23,6 +23,11 @@ func checkFiles(verb string, o options, args []string) error {
 		}
 		return errors.New("wants two paths: relayctl get [flags] REMOTE LOCAL (LOCAL - is stdout)")
 	}
+	if verb == "put" && !o.recursive && args[0] != "-" {
+		if fi, err := os.Stat(args[0]); err == nil && fi.IsDir() {
+			return fmt.Errorf("%s is a directory: relayctl put -r %s %s copies a directory", args[0], args[0], args[1])
+		}
+	}
 	switch {
 	case o.links != "" && !o.recursive:
 		return errors.New("--links goes with -r: it says what happens to a directory's symbolic links")

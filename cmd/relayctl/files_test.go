@@ -124,3 +124,14 @@ func TestPutGetBodies(t *testing.T) {
 		t.Fatalf("get: got %d (stderr %q) and %d bytes; want 0 and the %d put", got.code, got.stderr, len(b), len(data))
 	}
 }
+
+// relayctl put of a directory without -r says to use -r, before it
+// connects (a usage error: 125, as --mode's), and nothing is stored.
+func TestPutDirectoryNamesR(t *testing.T) {
+	dir := t.TempDir()
+	// No relayd at this address: a usage error is found before connecting.
+	got := relayctl(t, []string{"RELAYD_TOKEN=" + strings.Repeat("x", 32)}, "put", "--addr", freeAddr(t), dir, "task")
+	if got.code != exitFailed || !strings.Contains(got.stderr, "is a directory") || !strings.Contains(got.stderr, "put -r") {
+		t.Fatalf("put DIR: got %d, stderr %q; want %d saying it is a directory and to use put -r", got.code, got.stderr, exitFailed)
+	}
+}

@@ -508,7 +508,7 @@ func verify(ctx context.Context, c *client.Conn, out printer) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	out.verified(v)
+	out.verified(v, sessionScopes{})
 	if !v.Quiescent {
 		return 1, nil
 	}
@@ -518,11 +518,17 @@ func verify(ctx context.Context, c *client.Conn, out printer) (int, error) {
 // boundary is the trial boundary (protocol 4.6); it exits 1 when relayd
 // does not find the environment quiescent.
 func boundary(ctx context.Context, c *client.Conn, vo client.VerifyOptions, out printer) (int, error) {
+	// The open sessions, looked at first: their processes are listed as
+	// theirs, not as survivors (sessions.go).
+	var sess sessionScopes
+	if !out.json {
+		sess = lookSessions(ctx, c)
+	}
 	v, err := c.VerifyWith(ctx, vo)
 	if err != nil {
 		return 0, err
 	}
-	out.verified(v)
+	out.verified(v, sess)
 	if !slices.Contains(c.Handshake().Extensions, "trial") {
 		fmt.Fprintln(out.stderr, "relayctl: this relayd has no trial boundary (its ready lists no \"trial\"): the reply concerns this connection only")
 	}
@@ -548,11 +554,18 @@ func status(ctx context.Context, c *client.Conn, verb string, out printer) (int,
 		out.asJSON("status", st)
 		return 0, nil
 	}
+	sess := readSessions(st)
 	if verb == "status" {
-		out.status(st)
+		out.status(st, sess)
 		return 0, nil
 	}
-	out.survivors(st.Survivors, st.SurvivorsOmitted)
+	left, bySession := sess.split(st.Survivors)
+	out.survivors(left, st.SurvivorsOmitted)
+	for _, name := range sess.names() {
+		if n := len(bySession[name]); n > 0 {
+			fmt.Fprintf(out.stderr, "relayctl: shell session %s holds %s of its own, not survivors (relayctl status lists them)\n", name, plural(n, "process", "processes"))
+		}
+	}
 	return 0, nil
 }
 
@@ -665,7 +678,7 @@ func parseLimits(list []string) (map[string]uint64, error) {
 	return out, nil
 }
 
-func (p printer) verified(v client.Verified) {
+func (p printer) verified(v client.Verified, sess sessionScopes) {
 	if p.json {
 		p.asJSON("verified", v)
 		return
@@ -683,14 +696,16 @@ func (p printer) verified(v client.Verified) {
 	if v.Settled != nil {
 		fmt.Fprintf(&b, ", %d settled", len(v.Settled))
 	}
-	fmt.Fprintf(&b, ", %s\n", survivorWords(v.Survivors, v.SurvivorsOmitted))
-	writeSurvivors(&b, v.Survivors)
+	left, bySession := sess.split(v.Survivors)
+	fmt.Fprintf(&b, ", %s%s\n", survivorWords(left, v.SurvivorsOmitted), sessionWords(sess, bySession))
+	writeSurvivors(&b, left)
+	sessionLines(&b, sess, bySession)
 	io.WriteString(p.stderr, b.String())
 }
 
 // status prints a status reply as tables on stdout: what runs, the shell
 // sessions, the survivors, and the boundaries drawn.
-func (p printer) status(st client.Status) {
+func (p printer) status(st client.Status, sess sessionScopes) {
 	tw := tabwriter.NewWriter(p.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "EXECUTION\tSTATE\tSTARTED\tTIMEOUT LEFT\tUSER\tCOMMAND")
 	for _, e := range st.Executions {
@@ -722,17 +737,33 @@ func (p printer) status(st client.Status) {
 	if len(st.Executions) == 0 {
 		fmt.Fprintln(p.stdout, "(nothing runs)")
 	}
-	fmt.Fprintf(p.stdout, "\nshell sessions: %d\n\n", len(st.Sessions))
-	p.survivors(st.Survivors, st.SurvivorsOmitted)
+	left, bySession := sess.split(st.Survivors)
+	fmt.Fprintln(p.stdout)
+	p.sessionsTable(sess, bySession)
+	fmt.Fprintf(p.stdout, "\nsurvivors (what executions left): %d\n", len(left)+st.SurvivorsOmitted)
+	p.survivors(left, st.SurvivorsOmitted)
 	fmt.Fprintf(p.stdout, "\ntrial boundaries drawn: %d\n", st.Boundary)
 }
 
 // survivors prints survivors as a table on stdout: pid, execution, uid,
 // listening ports, command line.
 func (p printer) survivors(survivors []client.Survivor, omitted int) {
+	p.processTable(survivors, nil)
+	if omitted > 0 {
+		fmt.Fprintf(p.stderr, "relayctl: %d more survivors not listed\n", omitted)
+	}
+}
+
+// processTable prints processes as a table on stdout: pid, the session
+// each is of (with of), execution, uid, listening ports, command line.
+func (p printer) processTable(survivors []client.Survivor, of []string) {
 	tw := tabwriter.NewWriter(p.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PID\tEXECUTION\tUID\tLISTENS\tCOMMAND")
-	for _, sv := range survivors {
+	if of != nil {
+		fmt.Fprintln(tw, "PID\tSESSION\tEXECUTION\tUID\tLISTENS\tCOMMAND")
+	} else {
+		fmt.Fprintln(tw, "PID\tEXECUTION\tUID\tLISTENS\tCOMMAND")
+	}
+	for i, sv := range survivors {
 		ports := "-"
 		if len(sv.Listens) > 0 {
 			ps := make([]string, len(sv.Listens))
@@ -745,12 +776,13 @@ func (p printer) survivors(survivors []client.Survivor, omitted int) {
 		if sv.UID >= 0 {
 			uid = strconv.Itoa(sv.UID)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", sv.PID, sv.Execution, uid, ports, strings.Join(sv.Argv, " "))
+		session := ""
+		if of != nil {
+			session = of[i] + "\t"
+		}
+		fmt.Fprintf(tw, "%d\t%s%s\t%s\t%s\t%s\n", sv.PID, session, sv.Execution, uid, ports, strings.Join(sv.Argv, " "))
 	}
 	tw.Flush()
-	if omitted > 0 {
-		fmt.Fprintf(p.stderr, "relayctl: %d more survivors not listed\n", omitted)
-	}
 }
 
 func settlementWords(s client.Settlement) string {

@@ -70,8 +70,17 @@ func shell(ctx context.Context, c *client.Conn, o options, out printer) (int, er
 	ended := make(chan error, 1)
 	go func() { // the screen, as it comes
 		var from int64
+		// Reattached, the first read is the screen so far, replayed: its
+		// terminal queries are dropped (replay.go). Opened here, every
+		// byte is live.
+		var filter replayFilter
+		replaying := o.sessionName != ""
 		for {
-			t, err := sh.Read(ctx, from, shellRead, 0)
+			wait := shellRead
+			if replaying {
+				wait = 0
+			}
+			t, err := sh.Read(ctx, from, wait, 0)
 			if errors.Is(err, client.ErrNotFound) && from > 0 {
 				ended <- nil // it ended between two reads
 				return
@@ -80,8 +89,14 @@ func shell(ctx context.Context, c *client.Conn, o options, out printer) (int, er
 				ended <- err
 				return
 			}
-			if t.Data != "" {
-				os.Stdout.WriteString(t.Data)
+			data := []byte(t.Data)
+			if replaying {
+				data, replaying = filter.replay(data), false
+			} else {
+				data = filter.live(data)
+			}
+			if len(data) > 0 {
+				os.Stdout.Write(data)
 			}
 			from = t.Next
 			if t.Ended {

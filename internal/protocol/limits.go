@@ -20,6 +20,16 @@ var (
 	CgroupNames = []string{"memoryBytes", "pids"}
 )
 
+// CgroupLimitHelp says what to do where the cgroup limit name cannot be
+// set (section 4.8): run relayd where it can, or use the resource limit
+// that comes closest, which every mechanism sets.
+func CgroupLimitHelp(name string) string {
+	rlimit := map[string]string{"memoryBytes": "addressSpaceBytes", "pids": "processes"}[name]
+	return "run relayd with --scope=cgroup on a writable cgroup2 that offers the " +
+		map[string]string{"memoryBytes": "memory", "pids": "pids"}[name] +
+		" controller, or use the " + rlimit + " rlimit instead"
+}
+
 // minNofile is the smallest nofile accepted: the shim that forks the
 // subject holds the limit during its fork, and needs a few descriptors of
 // its own (the pidfd it makes is one).

@@ -726,9 +726,14 @@ func (cn *conn) write(v any) bool {
 // after relayd could not finish a raw body (nil: the connection is closed
 // so that the peer sees the body cut short).
 func (cn *conn) lostWriting(err error) {
-	if err != nil {
+	switch {
+	case errors.Is(err, net.ErrClosed):
+		// relayd had closed the connection, its peer gone (a detach: a
+		// read's reply that comes after the controller left); nothing wrong.
+		cn.log.Debug().Err(err).Msg("write to peer failed; treating it as gone")
+	case err != nil:
 		cn.log.Warn().Err(err).Msg("write to peer failed; treating it as gone")
-	} else {
+	default:
 		_ = cn.c.Close()
 	}
 	cn.lost.Store(true)

@@ -23,10 +23,10 @@ func (s *Server) limits(req *protocol.Execute) string {
 			continue
 		}
 		if s.cfg.CanLimit == nil {
-			return `execute: "limits": ` + name + ` needs the cgroup mechanism (relayd runs with --scope ` + s.cfg.Mechanism + `, which has no cgroup)`
+			return `execute: "limits": ` + name + ` needs the cgroup mechanism (relayd runs with --scope ` + s.cfg.Mechanism + `, which has no cgroup): ` + protocol.CgroupLimitHelp(name)
 		}
 		if err := s.cfg.CanLimit(name); err != nil {
-			return `execute: "limits": ` + name + ` cannot be set: ` + err.Error()
+			return `execute: "limits": ` + name + ` cannot be set: ` + err.Error() + `; ` + protocol.CgroupLimitHelp(name)
 		}
 	}
 	return ""

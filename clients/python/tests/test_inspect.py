@@ -33,6 +33,12 @@ from typing import Any, Dict, List
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "stand_ins"))
 
+try:  # inspect_ai's own dependency, which the provider uses: skip without it
+    import anyio  # noqa: E402, F401
+except ImportError as e:
+    raise unittest.SkipTest(f"test_inspect needs {e.name or 'anyio'} (inspect_ai's dependency), which "
+                            f"{sys.executable} lacks (Debian: python3-anyio)") from None
+
 import inspect_ai.util as iu  # noqa: E402  (the stand-in)
 from relayd_fixture import REPO, Relayd, relayd_binary  # noqa: E402
 
@@ -56,6 +62,42 @@ async def rest_of(it: Any) -> List[Any]:
         except StopAsyncIteration:
             return out
 
+
+
+def _on_pty(argv: List[str], env: Dict[str, str], keys: bytes) -> str:
+    """Runs argv on a new pty, types keys once it has printed something,
+    and returns all it printed until it ends (at most 30 s)."""
+    import pty
+    import select
+    controller, replica = pty.openpty()
+    p = subprocess.Popen(argv, stdin=replica, stdout=replica, stderr=replica, env=env, start_new_session=True)
+    os.close(replica)
+    out = b""
+    typed = False
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            r, _, _ = select.select([controller], [], [], 1)
+            if not r:
+                continue
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # EIO: every replica closed
+                break
+            if not chunk:
+                break
+            out += chunk
+            if not typed and b"detaches" in out:
+                os.write(controller, keys)
+                typed = True
+    finally:
+        os.close(controller)
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    return out.decode(errors="replace")
 
 class SelfCheck:
     """The self-check's behaviours; a subclass says how to reach relayd."""
@@ -438,10 +480,10 @@ class SelfCheck:
         self.assertEqual(c.type, "relayd")
         argv = shlex.split(c.command)
         self.assertIn("relayctl", argv[0])
-        self.assertEqual(argv[1], "exec")
+        self.assertEqual(argv[1], "shell")
         token = ri._token(ri.sandbox_config(self.config))
         self.assertNotIn(token, c.command)
-        self.assertIn("--", argv)
+        self.assertIn("--cwd", argv)
         c = await self.env.connection(user="nobody")
         self.assertIn("--user", shlex.split(c.command))
 
@@ -546,19 +588,24 @@ class LocalSelfCheck(SelfCheck, unittest.IsolatedAsyncioTestCase):
         cls.d.close()
 
     async def test_connection_runs(self) -> None:
-        # The command a person runs: relayctl (beside the relayd binary under
-        # test) with the token from the environment, a shell fed on stdin.
+        # The command a person runs at a terminal: relayctl (beside the relayd
+        # binary under test) with the token from the environment, on a real
+        # pty; the shell has a terminal of its own, so bash -i has job control
+        # and says nothing about it.
         relayctl = os.path.join(os.path.dirname(relayd_binary()), "relayctl")
         if not os.access(relayctl, os.X_OK):
             self.skipTest(f"no relayctl beside {relayd_binary()} (make build makes both)")
         c = await self.env.connection()
         argv = shlex.split(c.command)
         argv[0] = relayctl
-        env = {"PATH": os.environ.get("PATH", ""), "RELAYD_TOKEN": self.d.token}
-        p = await asyncio.get_running_loop().run_in_executor(None, lambda: subprocess.run(
-            argv, input="echo via-connection; exit 7\n", capture_output=True, text=True, env=env, timeout=30))
-        self.assertIn("via-connection", p.stdout, p.stderr)
-        self.assertEqual(p.returncode, 7, p.stderr)
+        env = {"PATH": os.environ.get("PATH", ""), "RELAYD_TOKEN": self.d.token, "TERM": "dumb"}
+        out = await asyncio.get_running_loop().run_in_executor(None, lambda: _on_pty(
+            argv, env, b"echo via-$((6*7)); tty; exit 7\r"))
+        self.assertIn("via-42", out)
+        self.assertIn("/dev/pts/", out)  # the shell's own terminal
+        self.assertNotIn("no job control", out)
+        self.assertNotIn("cannot set terminal process group", out)
+        self.assertIn("ended", out)
 
     async def test_idle_connections_bounded(self) -> None:
         # A burst of execs opens bridges up to max_connections; afterwards two stay.
@@ -688,13 +735,13 @@ class Adapter(unittest.TestCase):
 
 
 try:
-    import anyio  # noqa: E402
     import trio  # noqa: E402
-except ImportError:
-    anyio = None
+    _NO_TRIO = ""
+except ImportError as _e:
+    _NO_TRIO = _e.name or "trio"
 
 
-@unittest.skipUnless(anyio is not None, "anyio and trio are not installed (Debian: python3-anyio python3-trio)")
+@unittest.skipIf(_NO_TRIO, f"TrioAdapter needs {_NO_TRIO}, which {sys.executable} lacks (Debian: python3-trio)")
 class TrioAdapter(unittest.TestCase):
     """inspect may run under trio (anyio's other backend): the adapter's
     waits, its side-by-side execs and its cancellation hold there too."""

@@ -180,5 +180,69 @@ class DockerMiniSweAgent(Behaviour, unittest.TestCase):
     config = {"container": os.environ.get("RELAYD_MINISWEAGENT_CONTAINER", "")}  # the token: RELAYD_TOKEN_FILE
 
 
+class ImageSetting(unittest.TestCase):
+    """``image:``, as mini-swe-agent's Docker configs carry it: the
+    environment starts the container itself (DockerTrial) and removes it at
+    cleanup(). docker is test_docker's stand-in, which runs the real relayd
+    on this machine and logs what it was asked (a relayd image is built
+    only by make image; e2e's Docker tests run the real thing)."""
+
+    def setUp(self) -> None:
+        import shutil
+        import signal
+        import tempfile
+
+        from test_docker import FAKE
+        self.state = tempfile.mkdtemp(prefix="relayd-pytest-mini-docker-")
+        self.addCleanup(shutil.rmtree, self.state, True)
+        self.docker = os.path.join(self.state, "docker")
+        with open(self.docker, "w") as f:
+            f.write(FAKE.replace("PYTHON", sys.executable, 1))
+        os.chmod(self.docker, 0o755)
+        for k, v in {"FAKE_DOCKER_STATE": self.state, "FAKE_RELAYD": relayd_binary()}.items():
+            old = os.environ.get(k)
+            os.environ[k] = v
+            self.addCleanup(lambda k=k, old=old: os.environ.__setitem__(k, old) if old is not None else os.environ.pop(k))
+
+        def kill_leftover() -> None:
+            pidf = os.path.join(self.state, "relayd.pid")
+            if os.path.exists(pidf):
+                try:
+                    os.killpg(int(open(pidf).read()), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        self.addCleanup(kill_leftover)
+
+    def argvs(self) -> List[List[str]]:
+        with open(os.path.join(self.state, "argv.log")) as f:
+            return [json.loads(line) for line in f]
+
+    def test_image_starts_and_removes_its_container(self) -> None:
+        env = get_environment({"environment_class": CLASS, "image": "task:relayd", "executable": self.docker,
+                               "run_args": ["--network", "none"], "timeout": 20})
+        self.addCleanup(env.cleanup)
+        self.assertEqual(env.execute({"command": "echo from-image"})["output"], "from-image\n")
+        run = [a for a in self.argvs() if a[0] == "run"]
+        self.assertEqual(len(run), 1, self.argvs())
+        self.assertEqual(run[0][-3:], ["--network", "none", "task:relayd"])
+        name = run[0][run[0].index("--name") + 1]
+        self.assertNotIn(env._token, json.dumps(env.serialize()))
+        env.cleanup()
+        self.assertIn(["rm", "--force", "--volumes", name], self.argvs())
+
+    def test_image_and_container_refused(self) -> None:
+        with self.assertRaises(ValueError) as e:
+            get_environment({"environment_class": CLASS, "image": "task:relayd", "container": "trial-1",
+                             "executable": self.docker})
+        self.assertIn("image", str(e.exception))
+        self.assertIn("container", str(e.exception))
+        self.assertFalse(os.path.exists(os.path.join(self.state, "argv.log")))  # nothing started
+
+    def test_nothing_to_reach_says_what_to_give(self) -> None:
+        with self.assertRaises(ValueError) as e:
+            get_environment({"environment_class": CLASS, "token": "x" * 32})
+        self.assertIn("give image", str(e.exception))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -58,3 +58,53 @@ class ReadmeTest(RelaydTest):
         self.assertEqual(p.stderr, "")
         self.assertEqual(p.stdout.splitlines(), want)
         self.assertEqual(d.stop(), 0)
+
+
+def readme_examples() -> List[Tuple[str, List[str]]]:
+    """Every ``python`` block of clients/python/README.md's "## Examples"
+    section, with the ``text`` block that follows it (what it prints)."""
+    with open(os.path.join(REPO, "clients", "python", "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    start = text.find("\n## Examples\n")
+    assert start >= 0, 'clients/python/README.md has no "## Examples" section'
+    text = text[start + 1:]
+    end = text.find("\n## ", 3)
+    text = text[:end] if end >= 0 else text
+    fences = re.findall(r"(?ms)^```(\w*)\n(.*?)^```$", text)
+    out = []
+    for i, (lang, body) in enumerate(fences):
+        if lang != "python":
+            continue
+        assert i + 1 < len(fences) and fences[i + 1][0] == "text", \
+            f"example {len(out) + 1} of clients/python/README.md has no text block after it"
+        out.append((body, fences[i + 1][1].splitlines()))
+    return out
+
+
+class ReadmeExamplesTest(RelaydTest):
+    """clients/python/README.md's examples, each run as printed (from a
+    directory whose .run/token is the test relayd's, as make run leaves
+    it, at that relayd's address) and compared with what it says it
+    prints."""
+
+    def test_examples(self) -> None:
+        examples = readme_examples()
+        self.assertGreaterEqual(len(examples), 4)
+        d = self.relayd()
+        for n, (code, want) in enumerate(examples, 1):
+            with self.subTest(example=n), tempfile.TemporaryDirectory() as cwd:
+                self.assertIn('"127.0.0.1:7700"', code)
+                os.mkdir(os.path.join(cwd, ".run"))
+                with open(os.path.join(cwd, ".run", "token"), "w") as f:
+                    f.write(d.token + "\n")
+                script = os.path.join(cwd, "example.py")
+                with open(script, "w") as f:
+                    f.write(code.replace('"127.0.0.1:7700"', repr(d.addr)))
+                env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYD_")}
+                env["PYTHONPATH"] = subject_pythonpath()
+                p = subprocess.run([sys.executable, "-X", "dev", "-W", "error", script], cwd=cwd, env=env,
+                                   capture_output=True, text=True, timeout=120)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertEqual(p.stderr, "")
+                self.assertEqual(p.stdout.splitlines(), want)
+        self.assertEqual(d.stop(), 0)

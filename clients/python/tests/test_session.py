@@ -42,6 +42,35 @@ class SessionTest(RelaydTest):
             with self.assertRaises(NotFoundError):
                 sh.run("true")
 
+    def test_no_reply_holds_the_token(self) -> None:
+        # relayd's replies carry the token (protocol 3); what the client hands
+        # back must not, so that printing a reply never prints the secret:
+        # close()'s and read()'s dicts, and every dataclass's raw.
+        d = self.relayd()
+
+        def clean(what: str, reply: object) -> None:
+            for shown in (repr(reply), str(reply), repr(getattr(reply, "raw", None))):
+                self.assertNotIn(d.token, shown, f"{what} holds the token")
+
+        with Client(d.addr, d.token) as c:
+            clean("ready", c.ready())
+            clean("execute", c.execute("true"))
+            sh = c.session(pty=(24, 80))
+            clean("session read", sh.read(0, wait_ms=200))
+            clean("session run", sh.run("true"))
+            clean("status", c.status())
+            clean("session close", sh.close())
+            clean("boundary", c.boundary())
+            clean("verify", c.verify())
+
+        async def aio() -> None:
+            async with AsyncClient(d.addr, d.token) as a:
+                clean("async ready", await a.ready())
+                sh = await a.session()
+                clean("async run", await sh.run("true"))
+                clean("async close", await sh.close())
+        asyncio.run(aio())
+
     def test_pty_session(self) -> None:
         d = self.relayd()
         with Client(d.addr, d.token) as c, c.session(pty=(24, 80)) as sh:

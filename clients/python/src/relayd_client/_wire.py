@@ -85,10 +85,12 @@ def decode(line: bytes) -> Dict[str, Any]:
     return msg
 
 
-def check_token(msg: Mapping[str, Any], token: str) -> None:
+def check_token(msg: Dict[str, Any], token: str) -> None:
     """relayd's messages carry the token on an authenticated connection; a
-    different one means this is not the relayd the controller meant."""
-    t = msg.get("token")
+    different one means this is not the relayd the controller meant. The
+    token is then taken out of msg: no reply the caller gets (a dict, a
+    dataclass's raw) holds it, so printing one never prints the secret."""
+    t = msg.pop("token", None)
     if t is not None and not (isinstance(t, str) and hmac.compare_digest(t.encode(), token.encode())):
         raise UnexpectedReplyError(f"relayd's {msg.get('kind')} message carries another token")
 

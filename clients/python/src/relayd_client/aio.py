@@ -819,7 +819,7 @@ class AsyncListener:
             finally:
                 self._reading.pop(task, None)
                 self._evicted.discard(task)
-            token = msg.get("token")
+            token = msg.pop("token", None)  # the client's own from here on, not its replies'
             if msg["kind"] != "ready" or not isinstance(token, str):
                 return
             c = AsyncClient("", token, teardown_budget=self.teardown_budget)

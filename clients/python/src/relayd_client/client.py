@@ -1069,7 +1069,7 @@ class Listener:
         except UnexpectedReplyError:
             self._drop(sock)
             return
-        token = msg.get("token")
+        token = msg.pop("token", None)  # the Client's own from here on, not its replies'
         if msg["kind"] != "ready" or not isinstance(token, str):
             self._drop(sock)
             return

@@ -59,9 +59,11 @@ try:
     import anyio
     import anyio.to_thread
 except ImportError as _e:
+    _missing = _e.name or "inspect_ai"
     raise ImportError(
-        "relayd_client.inspect_sandbox is a sandbox provider for inspect_ai, which is not installed here: "
-        "pip install inspect-ai (relayd_client itself needs no framework)"
+        "relayd_client.inspect_sandbox is a sandbox provider for inspect_ai, which is not installed here"
+        + ("" if _missing.startswith("inspect_ai") else f" (its dependency {_missing} is missing)")
+        + ": pip install inspect-ai (relayd_client itself needs no framework)"
     ) from _e
 
 from . import _wire
@@ -479,22 +481,22 @@ class RelaydSandboxEnvironment(_util.SandboxEnvironment):  # type: ignore[misc]
         return proc
 
     async def connection(self, *, user: Optional[str] = None) -> Any:
-        """The command a person runs for a shell in the sample: relayctl
-        (make build; on the host) reaching relayd through the same bridge,
-        running ``bash -i`` with relayctl's stdin and live output. A shell
-        without a terminal, until relayd's terminals (protocol 4.7) are
-        served. The token comes from ``--token-file`` with token_file,
-        else from RELAYD_TOKEN in that person's environment: never on the
-        command line."""
+        """The command a person runs for a shell in the sample, from a
+        terminal: ``relayctl shell`` (make build; on the host) reaching
+        relayd through the same bridge, a pty session (protocol 4.7) whose
+        ``bash -i`` has a terminal, job control and line editing; ctrl-]
+        detaches and ``relayctl shell --session s-N`` comes back. The token
+        comes from ``--token-file`` with token_file, else from RELAYD_TOKEN
+        in that person's environment: never on the command line."""
         over = self._pool.argv
         if any(not a or any(ch.isspace() for ch in a) for a in over):
             raise NotImplementedError(f"relayctl --over splits its command at spaces: {over} cannot be given to it")
-        argv = ["relayctl", "exec", "--over", " ".join(over)]
+        argv = ["relayctl", "shell", "--over", " ".join(over)]
         if self._cfg.get("token_file"):
             argv += ["--token-file", str(self._cfg["token_file"])]
         if user or self._user:
             argv += ["--user", str(user or self._user)]
-        argv += ["--cwd", self._cwd, "--stream", "--stderr", "--stdin", "--", "bash", "-i"]
+        argv += ["--cwd", self._cwd]
         return _util.SandboxConnection(type="relayd", command=shlex.join(argv), container=self._cfg.get("container"))
 
     async def write_file(self, file: str, contents: Union[str, bytes]) -> None:

@@ -25,7 +25,12 @@ mini-swe-agent's own environments do.
 
 relayd is reached through ``relayd bridge`` over an exec channel
 (``container``, ``compose_service``, ``pod`` or ``command``, as the inspect
-adapter), or at ``address`` (``HOST:PORT``). ``token_file`` (else
+adapter), or at ``address`` (``HOST:PORT``). Or, as mini-swe-agent's Docker
+configs do, ``image`` names an image and the environment starts the
+container itself: a task image with relayd added (deploy/docker/Dockerfile,
+docs/deploy.md), run by relayd_client.docker.DockerTrial (relayd as
+PID 1, a token of its own, ``run_args`` and ``executable`` passed to
+``docker run``), removed by ``cleanup()``. ``token_file`` (else
 RELAYD_TOKEN_FILE, else ``token`` or RELAYD_TOKEN) gives the token, which
 never appears in ``serialize()`` (the trajectory file),
 ``get_template_vars()`` (the prompts) or a subject's environment.
@@ -52,6 +57,7 @@ except ImportError as _e:
 from ._bridge import FIELDS as _BRIDGE_FIELDS
 from ._bridge import bridge_argv
 from .client import Client
+from .docker import DockerTrial
 from .results import FRAMEWORK_TIMEOUT, Ready
 
 __all__ = ["RelaydEnvironment", "RelaydEnvironmentConfig"]
@@ -93,6 +99,14 @@ class RelaydEnvironmentConfig:
     """relayd's HOST:PORT, instead of a bridge."""
     token_file: Optional[str] = None
     token: Optional[str] = dataclasses.field(default=None, repr=False)
+    image: Optional[str] = None
+    """An image with relayd in it: the environment starts a container of it
+    (DockerTrial: relayd as PID 1, a token of its own) and removes it at
+    cleanup(), instead of reaching one that runs."""
+    run_args: List[str] = dataclasses.field(default_factory=list)
+    """With ``image``: more ``docker run`` options (mounts, ``--network``)."""
+    executable: str = "docker"
+    """With ``image``: the docker command."""
 
     def model_dump(self, mode: str = "python") -> Dict[str, Any]:
         """The settings as a dict, as mini-swe-agent's pydantic configs
@@ -114,12 +128,34 @@ class RelaydEnvironment:
         self.config = config_class(**kwargs)
         if any(v == "RELAYD_TOKEN" for v in self.config.forward_env) or "RELAYD_TOKEN" in self.config.env:
             raise ValueError("RelaydEnvironment: RELAYD_TOKEN is relayd's secret and never goes to an action")
-        if not self.config.address and not any(getattr(self.config, k) for k in _BRIDGE_FIELDS):
-            raise ValueError("RelaydEnvironment: give container, compose_service, pod, command or address")
-        self._token = self._read_token()
+        # The ways to a relayd that runs (socket and the like only refine one).
+        reach = [k for k in ("address", "container", "compose_service", "pod", "command") if getattr(self.config, k)]
         self._client: Optional[Client] = None
+        self._trial: Optional[DockerTrial] = None
+        self._bridge: Optional[List[str]] = None
         self._cwd = self.config.cwd
-        self._connect()
+        if self.config.image:
+            if reach:
+                raise ValueError(f"RelaydEnvironment: image starts a container of its own; {reach[0]} names "
+                                 f"another way to reach relayd: give one of them")
+            # A container of its own: DockerTrial makes the token (a 0600
+            # file, mounted read-only) and removes both at cleanup().
+            self._trial = DockerTrial(self.config.image, run_args=self.config.run_args,
+                                      docker=self.config.executable)
+            self._trial.__enter__()
+            self._token = self._trial.token
+            self._bridge = self._trial.bridge_command()
+        elif not reach:
+            raise ValueError("RelaydEnvironment: give image (one with relayd in it: the environment starts and "
+                             "removes its container), or container, compose_service, pod, command or address "
+                             "(a container that runs relayd)")
+        else:
+            self._token = self._read_token()
+        try:
+            self._connect()
+        except BaseException:
+            self.cleanup()
+            raise
 
     def _read_token(self) -> str:
         path = self.config.token_file or os.environ.get("RELAYD_TOKEN_FILE")
@@ -139,6 +175,9 @@ class RelaydEnvironment:
             if self.config.address:
                 self._client = Client(self.config.address, self._token)
                 ready = self._client.ready()
+            elif self._bridge is not None:
+                self._client = Client.over_command(self._bridge, self._token)
+                ready = self._client.first_ready
             else:
                 cfg = {k: getattr(self.config, k) for k in _BRIDGE_FIELDS}
                 self._client = Client.over_command(bridge_argv(cfg), self._token)
@@ -209,10 +248,14 @@ class RelaydEnvironment:
         }}}
 
     def cleanup(self) -> None:
-        """Closes the connection: relayd settles what still runs on it."""
+        """Closes the connection: relayd settles what still runs on it.
+        With ``image``, removes the container and its token too."""
         c, self._client = getattr(self, "_client", None), None
         if c is not None:
             c.close()
+        t, self._trial = getattr(self, "_trial", None), None
+        if t is not None:
+            t.close()
 
     def __del__(self) -> None:
         self.cleanup()
