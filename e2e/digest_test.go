@@ -33,14 +33,20 @@ type wire struct {
 	id    int
 }
 
+// tcpWire and bridgeWire are authenticated at once (a ready), so that
+// relayd's --auth-timeout does not end them while a test prepares.
 func tcpWire(t testing.TB, d *daemon) *wire {
 	cl := d.connect()
-	return &wire{t: t, w: cl.c, r: cl.r, conn: cl.c, token: d.token}
+	s := &wire{t: t, w: cl.c, r: cl.r, conn: cl.c, token: d.token}
+	s.pingPong("connecting")
+	return s
 }
 
 func bridgeWire(t *testing.T, d *daemon) *wire {
 	b := hostBridge(t, d)
-	return &wire{t: t, w: b.in, r: b.out, token: d.token}
+	s := &wire{t: t, w: b.in, r: b.out, token: d.token}
+	s.pingPong("connecting")
+	return s
 }
 
 func (s *wire) deadline() {

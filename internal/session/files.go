@@ -722,7 +722,7 @@ func (cn *conn) getBody(id json.RawMessage, g *protocol.Get, path string, f *os.
 	case rerr != nil:
 		why = fmt.Sprintf("reading it failed after %d bytes: %v", sent, rerr)
 	case sent < n:
-		why = fmt.Sprintf("it ended after %d of its %d bytes", sent, n)
+		why = fmt.Sprintf("it changed while it was sent: it ended after %d of its %d bytes", sent, n)
 	case serr != nil:
 		why = fmt.Sprintf("it could not be looked at after it was sent: %v", serr)
 	case after != before || grewPast(f, n):
