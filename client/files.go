@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"syscall"
 	"time"
 )
 
@@ -221,6 +223,9 @@ func (c *Conn) putBody(ctx context.Context, path string, r io.Reader, n int64, o
 		}
 		if none {
 			m.Digest = DigestNone
+			if f, ok := r.(*os.File); ok {
+				return c.writeBodyFile(&m, f, n, path)
+			}
 			return c.writeBody(&m, r, n, path)
 		}
 		return c.writeBody(&m, io.TeeReader(r, sum), n, path)
@@ -273,6 +278,42 @@ func (c *Conn) writeBody(msg any, r io.Reader, n int64, path string) error {
 		}
 		buf = buf[:0]
 	}
+}
+
+// writeBodyFile is writeBody from a file without a digest: the line, then
+// the n bytes by sendfile(2) (the connection's ReadFrom), no copy through
+// this process, each piece with its own write deadline.
+func (c *Conn) writeBodyFile(msg any, f *os.File, n int64, path string) error {
+	rf, ok := c.nc.(io.ReaderFrom)
+	if !ok {
+		return c.writeBody(msg, f, n, path)
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	line, err := json.Marshal(msg)
+	if err != nil {
+		return fmt.Errorf("client: encoding a request: %w", err)
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.ReplyTimeout))
+	if _, err := c.nc.Write(append(line, '\n')); err != nil {
+		c.fail(fmt.Errorf("%w: writing a request: %v", ErrConnLost, err))
+		return c.failure()
+	}
+	const piece = 8 << 20
+	for left := n; left > 0; {
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.ReplyTimeout))
+		k, err := rf.ReadFrom(io.LimitReader(f, min(piece, left)))
+		left -= k
+		if err != nil {
+			c.fail(fmt.Errorf("%w: writing a body: %v", ErrConnLost, err))
+			return c.failure()
+		}
+		if k == 0 && left > 0 {
+			c.fail(fmt.Errorf("%w: the file to put ended early", ErrClosed))
+			return fmt.Errorf("client: PutFile %s: reading: %d bytes short of the %d announced: %w", path, left, n, io.ErrUnexpectedEOF)
+		}
+	}
+	return nil
 }
 
 // putBodyWire is a put with a raw body.
@@ -458,6 +499,29 @@ type bodySink struct {
 	sum hash.Hash
 	err *error
 	n   int64
+}
+
+// ReadBodyFrom takes the rest of a body straight from the connection into
+// a file (splice(2), protocol.BodyReaderFrom) when nothing is hashed and
+// w is an *os.File; else it declines and the bytes come through Write. A
+// failure of the file is kept as the sink's error.
+func (s *bodySink) ReadBodyFrom(src io.Reader, n int64) (int64, error) {
+	f, isFile := s.w.(*os.File)
+	_, noSum := s.sum.(nopHash)
+	if _, conn := src.(syscall.Conn); !isFile || !noSum || !conn || *s.err != nil {
+		return 0, nil
+	}
+	k, err := f.ReadFrom(io.LimitReader(src, n))
+	s.n += k
+	if err != nil {
+		for _, e := range []error{syscall.ENOSPC, syscall.EDQUOT, syscall.EFBIG, syscall.EIO, syscall.EROFS, syscall.EBADF} {
+			if errors.Is(err, e) {
+				*s.err = err
+				return k, nil
+			}
+		}
+	}
+	return k, err
 }
 
 func (s *bodySink) Write(p []byte) (int, error) {
