@@ -259,12 +259,10 @@ class RelaydEnvironmentMixin:
         user = await self._relayd_file_user()
         target = Path(target_path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with open(target, "wb") as f:
-                await self._relayd_call(Client.download_file_to, source_path, f, user=user)
-        except BaseException:
-            target.unlink(missing_ok=True)  # nothing half-written, or empty, left behind
-            raise
+        # Into a temporary file beside target, renamed over it once relayd's
+        # digest (or its failed: the file changed while sent) was read:
+        # nothing half-written left behind, and what was there stays.
+        await self._relayd_call(Client.download_file_as, source_path, str(target), user=user)
 
     async def upload_dir(self, source_dir: Union[Path, str], target_dir: str) -> None:
         if self._relayd_boundary_before_tests and PurePosixPath(target_dir) == PurePosixPath(TESTS_DIR) \
