@@ -773,7 +773,8 @@ func grewPast(f *os.File, n int64) bool {
 // end before n when both are nil) and the connection's (werr). With sum,
 // each piece is read into one buffer, hashed and written, so that the
 // sha256 is of the bytes sent, in the pass that sends them; without,
-// sendfile(2) copies the file's pages to the socket. Each piece has its
+// sendfile(2) copies the file's pages to a TCP socket (a Unix socket's
+// conn has no io.ReaderFrom: the buffer, unhashed). Each piece has its
 // own write deadline.
 func (cn *conn) sendBody(f *os.File, n int64, sum hash.Hash) (sent int64, rerr, werr error) {
 	if sum == nil {
