@@ -83,11 +83,36 @@ func (s *wire) pingPong(after string) {
 	}
 }
 
-// source is n reproducible bytes and their sha256.
+// source is n reproducible bytes and their sha256: a block of 1 MiB and
+// 7 bytes of pseudo-random bytes (seed) over and over, so that no two
+// buffers of a transfer look alike; made once, as math/rand under -race
+// makes a GiB slowly.
 func source(n int64, seed uint64) (io.Reader, string) {
+	block := make([]byte, 1<<20+7)
+	_, _ = rand.NewChaCha8([32]byte{byte(seed), 46}).Read(block)
 	h := sha256.New()
-	_, _ = io.CopyN(h, rand.NewChaCha8([32]byte{byte(seed), 46}), n)
-	return io.LimitReader(rand.NewChaCha8([32]byte{byte(seed), 46}), n), hex.EncodeToString(h.Sum(nil))
+	_, _ = io.Copy(h, &repeat{block: block, left: n})
+	return &repeat{block: block, left: n}, hex.EncodeToString(h.Sum(nil))
+}
+
+// repeat yields left bytes of block over and over.
+type repeat struct {
+	block []byte
+	off   int
+	left  int64
+}
+
+func (r *repeat) Read(p []byte) (int, error) {
+	if r.left == 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > r.left {
+		p = p[:r.left]
+	}
+	k := copy(p, r.block[r.off:])
+	r.off = (r.off + k) % len(r.block)
+	r.left -= int64(k)
+	return k, nil
 }
 
 func fileSum(t testing.TB, path string) (int64, string) {
