@@ -210,7 +210,7 @@ func (c *Conn) downloadTree(ctx context.Context, op, remoteDir, localDir string,
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
-	t, err := c.getFile(ctx, remoteDir, opts.User, tmp, true)
+	t, err := c.getFile(ctx, remoteDir, opts.User, tmp, true, false)
 	if err != nil {
 		return fmt.Errorf("client: %s: %w", op, err)
 	}

@@ -20,6 +20,7 @@ var (
 	ErrBusy            = &Error{Category: protocol.CatBusy}
 	ErrShuttingDown    = &Error{Category: protocol.CatShuttingDown}
 	ErrNotFound        = &Error{Category: protocol.CatNotFound} // Attach: no such detached execution (extension, section 4.5)
+	ErrFailed          = &Error{Category: protocol.CatFailed}   // GetFile: the file changed while relayd sent it (extension, section 4.6)
 )
 
 // Errors of the connection itself.

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"syscall"
 	"time"
 )
 
@@ -21,6 +23,14 @@ const (
 	kindPut    = "put"
 	kindStored = "stored"
 	kindGet    = "get"
+	kindSent   = "sent" // the line after a get's raw body (4.6, "Bulk bodies")
+
+	// DigestNone is PutOptions.Digest and GetOptions.Digest for no digest
+	// on either side (protocol 4.6, "Bulk bodies"): for a caller whose
+	// transport already checks its bytes. "" or DigestSHA256 is the
+	// default, a sha256 of the whole file checked against the client's own.
+	DigestNone   = "none"
+	DigestSHA256 = "sha256"
 
 	// putChunk is the raw size of one put chunk: its line (base64, 4/3)
 	// stays well within relayd's default --max-line-bytes (1 MiB).
@@ -44,13 +54,35 @@ type PutOptions struct {
 	Chunks bool
 
 	links string // a tree's "links" (protocol 4.6, "Trees"; UploadDir)
+	// Digest is DigestNone for no sha256 on either side, "" (or
+	// DigestSHA256) for relayd's sha256 of the file checked against the
+	// client's own.
+	Digest string
+}
+
+// GetOptions are the optional fields of a get.
+type GetOptions struct {
+	User   string // read with this user's rights; "": relayd's --subject-user
+	Digest string // as PutOptions.Digest
+}
+
+// noDigest reports whether digest asks for none; an unknown value is an
+// error before anything is sent.
+func noDigest(digest string) (bool, error) {
+	switch digest {
+	case "", DigestSHA256:
+		return false, nil
+	case DigestNone:
+		return true, nil
+	}
+	return false, fmt.Errorf("client: Digest %q: want %q, %q or \"\"", digest, DigestNone, DigestSHA256)
 }
 
 // Transferred is what relayd reports of a stored or fetched file.
 type Transferred struct {
 	Path   string `json:"path"` // absolute, as relayd resolved it (PutFile only)
 	Bytes  int64  `json:"bytes"`
-	Sha256 string `json:"sha256"` // lower-case hex of the whole file
+	Sha256 string `json:"sha256"` // lower-case hex of the whole file; "" with DigestNone
 	// A tree's (UploadDir, DownloadDir through relayd's own tar): its
 	// members written or packed, and those relayd refused, "name: why".
 	Files   int64    `json:"files,omitempty"`
@@ -72,6 +104,10 @@ type sender func(id int64) error
 // answers an execute with busy during a transfer).
 func (c *Conn) PutFile(ctx context.Context, path string, r io.Reader, opts PutOptions) (Transferred, error) {
 	var t Transferred
+	none, err := noDigest(opts.Digest)
+	if err != nil {
+		return t, err
+	}
 	if err := c.beginExecution(); err != nil {
 		return t, err
 	}
@@ -109,6 +145,9 @@ func (c *Conn) PutFile(ctx context.Context, path string, r io.Reader, opts PutOp
 			m := putWire{Token: c.token, Kind: kindPut, ID: id, Data: buf[:k], More: more}
 			if first {
 				m.Path, m.User, m.Parents = path, opts.User, opts.Parents
+				if none {
+					m.Digest = DigestNone
+				}
 				if opts.Mode != 0 {
 					m.Mode = "0" + strconv.FormatUint(uint64(opts.Mode), 8)
 				}
@@ -122,7 +161,7 @@ func (c *Conn) PutFile(ctx context.Context, path string, r io.Reader, opts PutOp
 			}
 		}
 	})
-	err := c.roundTrip(ctx, send, cl, c.cfg.bound(time.Duration(math.MaxInt64)))
+	err = c.roundTrip(ctx, send, cl, c.cfg.bound(time.Duration(math.MaxInt64)))
 	select {
 	case <-sent:
 		<-watched
@@ -131,7 +170,10 @@ func (c *Conn) PutFile(ctx context.Context, path string, r io.Reader, opts PutOp
 	if err != nil {
 		return t, err
 	}
-	if want := hex.EncodeToString(sum.Sum(nil)); t.Sha256 != want || t.Bytes != n {
+	if none && t.Bytes != n {
+		return t, fmt.Errorf("%w: put %s: relayd stored %d bytes; sent %d", ErrBadReply, path, t.Bytes, n)
+	}
+	if want := hex.EncodeToString(sum.Sum(nil)); !none && (t.Sha256 != want || t.Bytes != n) {
 		return t, fmt.Errorf("%w: put %s: relayd stored %d bytes with sha256 %s; sent %d with %s", ErrBadReply, path, t.Bytes, t.Sha256, n, want)
 	}
 	return t, nil
@@ -171,6 +213,10 @@ func bodySize(r io.Reader) (int64, bool) {
 // nothing).
 func (c *Conn) putBody(ctx context.Context, path string, r io.Reader, n int64, opts PutOptions, format string) (Transferred, error) {
 	var t Transferred
+	none, err := noDigest(opts.Digest)
+	if err != nil {
+		return t, err
+	}
 	sum := sha256.New()
 	send := sender(func(id int64) error {
 		m := putBodyWire{Token: c.token, Kind: kindPut, ID: id, Path: path, Body: n, User: opts.User, Parents: opts.Parents, Format: format}
@@ -178,10 +224,23 @@ func (c *Conn) putBody(ctx context.Context, path string, r io.Reader, n int64, o
 		if opts.Mode != 0 {
 			m.Mode = "0" + strconv.FormatUint(uint64(opts.Mode), 8)
 		}
+		if none {
+			m.Digest = DigestNone
+			if f, ok := r.(*os.File); ok {
+				return c.writeBodyFile(&m, f, n, path)
+			}
+			return c.writeBody(&m, r, n, path)
+		}
 		return c.writeBody(&m, io.TeeReader(r, sum), n, path)
 	})
 	if err := c.roundTrip(ctx, send, &call{want: kindStored, into: &t}, c.cfg.bound(time.Duration(math.MaxInt64))); err != nil {
 		return t, err
+	}
+	if none {
+		if t.Bytes != n {
+			return t, fmt.Errorf("%w: put %s: relayd stored %d bytes; sent %d", ErrBadReply, path, t.Bytes, n)
+		}
+		return t, nil
 	}
 	if want := hex.EncodeToString(sum.Sum(nil)); t.Sha256 != want || t.Bytes != n {
 		return t, fmt.Errorf("%w: put %s: relayd stored %d bytes with sha256 %s; sent %d with %s", ErrBadReply, path, t.Bytes, t.Sha256, n, want)
@@ -224,6 +283,42 @@ func (c *Conn) writeBody(msg any, r io.Reader, n int64, path string) error {
 	}
 }
 
+// writeBodyFile is writeBody from a file without a digest: the line, then
+// the n bytes by sendfile(2) (the connection's ReadFrom), no copy through
+// this process, each piece with its own write deadline.
+func (c *Conn) writeBodyFile(msg any, f *os.File, n int64, path string) error {
+	rf, ok := c.nc.(io.ReaderFrom)
+	if !ok {
+		return c.writeBody(msg, f, n, path)
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	line, err := json.Marshal(msg)
+	if err != nil {
+		return fmt.Errorf("client: encoding a request: %w", err)
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.ReplyTimeout))
+	if _, err := c.nc.Write(append(line, '\n')); err != nil {
+		c.fail(fmt.Errorf("%w: writing a request: %v", ErrConnLost, err))
+		return c.failure()
+	}
+	const piece = 8 << 20
+	for left := n; left > 0; {
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.ReplyTimeout))
+		k, err := rf.ReadFrom(io.LimitReader(f, min(piece, left)))
+		left -= k
+		if err != nil {
+			c.fail(fmt.Errorf("%w: writing a body: %v", ErrConnLost, err))
+			return c.failure()
+		}
+		if k == 0 && left > 0 {
+			c.fail(fmt.Errorf("%w: the file to put ended early", ErrClosed))
+			return fmt.Errorf("client: PutFile %s: reading: %d bytes short of the %d announced: %w", path, left, n, io.ErrUnexpectedEOF)
+		}
+	}
+	return nil
+}
+
 // putBodyWire is a put with a raw body.
 type putBodyWire struct {
 	Token   string `json:"token"`
@@ -236,6 +331,7 @@ type putBodyWire struct {
 	User    string `json:"user,omitempty"`
 	Parents bool   `json:"parents,omitempty"`
 	Links   string `json:"links,omitempty"` // "keep": a tree's links as they are (UploadDir)
+	Digest  string `json:"digest,omitempty"`
 }
 
 // watchPut reads the connection while a put's chunks go out, so that a
@@ -272,6 +368,7 @@ type putWire struct {
 	Mode    string `json:"mode,omitempty"`
 	User    string `json:"user,omitempty"`
 	Parents bool   `json:"parents,omitempty"`
+	Digest  string `json:"digest,omitempty"`
 }
 
 // contentWire is a content chunk, or the line before a raw body.
@@ -286,24 +383,44 @@ type contentWire struct {
 }
 
 // GetFile copies the file at path on relayd's side (relative paths are
-// taken from its workspace) to w as its chunks arrive, and checks the
+// taken from its workspace) to w as its bytes arrive, and checks the
 // sha256 relayd reports against the bytes received. user reads it with
-// that user's rights ("": relayd's --subject-user). On an error part of the file may have
-// been written to w.
+// that user's rights ("": relayd's --subject-user). On an error part of
+// the file may have been written to w: write to a temporary file and
+// rename it once GetFile returned nil (relayctl get does). A file that
+// changed while relayd sent it is an *Error of ErrFailed.
 func (c *Conn) GetFile(ctx context.Context, path, user string, w io.Writer) (Transferred, error) {
-	return c.getFile(ctx, path, user, w, false)
+	return c.GetFileWith(ctx, path, w, GetOptions{User: user})
+}
+
+// GetFileWith is GetFile with the get's options: with o.Digest
+// DigestNone, neither relayd nor the client computes a digest.
+func (c *Conn) GetFileWith(ctx context.Context, path string, w io.Writer, o GetOptions) (Transferred, error) {
+	none, err := noDigest(o.Digest)
+	if err != nil {
+		return Transferred{}, err
+	}
+	return c.getFile(ctx, path, o.User, w, false, none)
 }
 
 // getFile is GetFile, or with tree a get of the directory path packed
-// by relayd's own tar.
-func (c *Conn) getFile(ctx context.Context, path, user string, w io.Writer, tree bool) (Transferred, error) {
+// by relayd's own tar; none: no digest either side. A raw body's
+// content line announces the size; its digest (or relayd's error, when
+// the file changed while it was sent) is the line after the bytes. A
+// relayd from before that rule carries the sha256 in the content line
+// and sends nothing after the bytes.
+func (c *Conn) getFile(ctx context.Context, path, user string, w io.Writer, tree, none bool) (Transferred, error) {
 	var t Transferred
-	sum := sha256.New()
+	var sum hash.Hash = nopHash{}
+	if !none {
+		sum = sha256.New()
+	}
 	var n int64
 	var werr error
 	var last contentWire
 	var berr error
-	content := func(line []byte) bool {
+	cl := &call{want: kindContent, into: &last}
+	cl.content = func(line []byte) bool {
 		var ch contentWire
 		if err := json.Unmarshal(line, &ch); err != nil {
 			return false // decoded again as the reply, which then fails
@@ -315,7 +432,12 @@ func (c *Conn) getFile(ctx context.Context, path, user string, w io.Writer, tree
 				c.fail(fmt.Errorf("%w: inside a body: %v", ErrConnLost, berr))
 			}
 			n = sink.n
-			return false
+			if berr != nil || ch.Sha256 != "" {
+				return false // an older relayd's: the content line is the reply
+			}
+			last = ch
+			cl.want = kindSent // and sent (or an error) the line after the bytes
+			return true
 		}
 		if werr == nil {
 			if _, err := w.Write(ch.Data); err != nil {
@@ -330,15 +452,18 @@ func (c *Conn) getFile(ctx context.Context, path, user string, w io.Writer, tree
 	if user != "" {
 		msg["user"] = user
 	}
+	if none {
+		msg["digest"] = DigestNone
+	}
 	if tree {
 		// In chunks: packed once, so that a tree that changes meanwhile
-		// ends in relayd's error reply, where a body (packed twice, its
-		// size first) would end the connection.
+		// ends in relayd's error reply before its last chunk, where a
+		// body is packed twice (its size first).
 		msg["format"] = "tar"
 	} else if c.serves(extBody) {
 		msg["body"] = true
 	}
-	err := c.roundTrip(ctx, msg, &call{want: kindContent, into: &last, content: content}, c.cfg.bound(time.Duration(math.MaxInt64)))
+	err := c.roundTrip(ctx, msg, cl, c.cfg.bound(time.Duration(math.MaxInt64)))
 	if err == nil && berr != nil {
 		err = c.failure()
 	}
@@ -349,11 +474,27 @@ func (c *Conn) getFile(ctx context.Context, path, user string, w io.Writer, tree
 	if werr != nil {
 		return t, fmt.Errorf("client: GetFile %s: writing: %w", path, werr)
 	}
-	if want := hex.EncodeToString(sum.Sum(nil)); t.Sha256 != want || t.Bytes != n {
+	if t.Bytes != n {
+		return t, fmt.Errorf("%w: get %s: relayd reported %d bytes; received %d", ErrBadReply, path, t.Bytes, n)
+	}
+	if none {
+		t.Sha256 = ""
+		return t, nil
+	}
+	if want := hex.EncodeToString(sum.Sum(nil)); t.Sha256 != want {
 		return t, fmt.Errorf("%w: get %s: relayd reported %d bytes with sha256 %s; received %d with %s", ErrBadReply, path, t.Bytes, t.Sha256, n, want)
 	}
 	return t, nil
 }
+
+// nopHash is the digest of a transfer without one.
+type nopHash struct{}
+
+func (nopHash) Write(p []byte) (int, error) { return len(p), nil }
+func (nopHash) Sum(b []byte) []byte         { return b }
+func (nopHash) Reset()                      {}
+func (nopHash) Size() int                   { return 0 }
+func (nopHash) BlockSize() int              { return 1 }
 
 // bodySink is where a get's raw body goes: w until it fails (its error
 // kept in err), and the sha256 of every byte.
@@ -362,6 +503,29 @@ type bodySink struct {
 	sum hash.Hash
 	err *error
 	n   int64
+}
+
+// ReadBodyFrom takes the rest of a body straight from the connection into
+// a file (splice(2), protocol.BodyReaderFrom) when nothing is hashed and
+// w is an *os.File; else it declines and the bytes come through Write. A
+// failure of the file is kept as the sink's error.
+func (s *bodySink) ReadBodyFrom(src io.Reader, n int64) (int64, error) {
+	f, isFile := s.w.(*os.File)
+	_, noSum := s.sum.(nopHash)
+	if _, conn := src.(syscall.Conn); !isFile || !noSum || !conn || *s.err != nil {
+		return 0, nil
+	}
+	k, err := f.ReadFrom(io.LimitReader(src, n))
+	s.n += k
+	if err != nil {
+		for _, e := range []error{syscall.ENOSPC, syscall.EDQUOT, syscall.EFBIG, syscall.EIO, syscall.EROFS, syscall.EBADF} {
+			if errors.Is(err, e) {
+				*s.err = err
+				return k, nil
+			}
+		}
+	}
+	return k, err
 }
 
 func (s *bodySink) Write(p []byte) (int, error) {

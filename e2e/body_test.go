@@ -51,8 +51,9 @@ func putBody(t testing.TB, c net.Conn, token, path string, data []byte) {
 	writeAll(t, c, append(ready, '\n'))
 }
 
-// getBody asks for path with "body":true and returns its content line and the body.
-func getBody(t testing.TB, c net.Conn, r *bufio.Reader, token, path string) (msg, []byte) {
+// getBody asks for path with "body":true and returns its content line,
+// the body and the line after it (sent).
+func getBody(t testing.TB, c net.Conn, r *bufio.Reader, token, path string) (msg, []byte, msg) {
 	t.Helper()
 	line, _ := json.Marshal(msg{"token": token, "kind": "get", "id": 3, "path": path, "body": true})
 	writeAll(t, c, append(line, '\n'))
@@ -69,7 +70,7 @@ func getBody(t testing.TB, c net.Conn, r *bufio.Reader, token, path string) (msg
 	if _, err := io.ReadFull(r, body); err != nil {
 		t.Fatalf("reading a body of %d bytes: %v", n, err)
 	}
-	return head, body
+	return head, body, readReply(t, r)
 }
 
 func readReply(t testing.TB, r *bufio.Reader) msg {
@@ -105,9 +106,9 @@ func bodyRoundTrip(t testing.TB, c net.Conn, r *bufio.Reader, token, workspace, 
 			t.Fatalf("on disk: %d bytes, %v; want the %d sent", len(onDisk), err, len(data))
 		}
 	}
-	head, body := getBody(t, c, r, token, name)
-	if !bytes.Equal(body, data) || head["sha256"] != sha(data) {
-		t.Fatalf("get of %d bytes: %d bytes back, head %v", len(data), len(body), head)
+	head, body, sent := getBody(t, c, r, token, name)
+	if !bytes.Equal(body, data) || sent["kind"] != "sent" || sent["sha256"] != sha(data) {
+		t.Fatalf("get of %d bytes: %d bytes back, head %v, then %v", len(data), len(body), head, sent)
 	}
 }
 
@@ -154,13 +155,20 @@ func TestBodyMemoryBound(t *testing.T) {
 }
 
 // A peer that closes inside a body is a transport loss: nothing is
-// stored, no temporary file is left, and relayd serves on.
+// stored, no temporary file is left, and relayd serves on. With
+// "digest":"none" too, whose bytes relayd splices into the file.
 func TestBodyPeerClosesInside(t *testing.T) {
+	for _, digest := range []string{"sha256", "none"} {
+		t.Run(digest, func(t *testing.T) { peerClosesInside(t, digest) })
+	}
+}
+
+func peerClosesInside(t *testing.T, digest string) {
 	d := startRelayd(t, opts{})
 	cl := d.connect()
-	line, _ := json.Marshal(msg{"token": d.token, "kind": "put", "id": 1, "path": "half", "body": 1 << 20})
+	line, _ := json.Marshal(msg{"token": d.token, "kind": "put", "id": 1, "path": "half", "body": 64 << 20, "digest": digest})
 	writeAll(t, cl.c, append(line, '\n'))
-	writeAll(t, cl.c, randomBytes(300<<10, 1))
+	writeAll(t, cl.c, randomBytes(20<<20, 1))
 	cl.c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -240,6 +248,9 @@ func TestBodyThroughBridge(t *testing.T) {
 	back := make([]byte, len(data))
 	if _, err := io.ReadFull(b.out, back); err != nil || !bytes.Equal(back, data) {
 		t.Fatalf("the body through the bridge differs (%v)", err)
+	}
+	if r := b.read(time.Minute); r["kind"] != "sent" || r["sha256"] != sha(data) {
+		t.Fatalf("after the body through the bridge: %v; want sent with sha256 %s", r, sha(data))
 	}
 }
 

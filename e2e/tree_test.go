@@ -106,6 +106,12 @@ func getTree(t testing.TB, cl *client, path string, extra msg, body bool) (msg, 
 			if _, err := io.ReadFull(cl.r, out); err != nil {
 				t.Fatal(err)
 			}
+			// The sha256 is the line after the bytes (protocol 4.6, "Bulk bodies").
+			if sent := readReply(t, cl.r); sent["kind"] != "sent" {
+				t.Fatalf("after a tree's body: %v; want sent", sent)
+			} else {
+				r["sha256"] = sent["sha256"]
+			}
 			return r, out
 		}
 		b, _ := base64.StdEncoding.DecodeString(r["data"].(string))

@@ -36,11 +36,12 @@ import (
 
 // sectionNames are the parts of the run, in the order they run; --only
 // picks some of them.
-var sectionNames = []string{"roundtrip", "ssh", "throughput", "settle", "output", "footprint", "docker", "compare", "fleet", "transfer"}
+var sectionNames = []string{"roundtrip", "ssh", "throughput", "settle", "output", "footprint", "docker", "compare", "fleet", "loopback", "transfer"}
 
 // optIn are the sections only --only runs: fleet starts thousands of
-// relayds, transfer moves gigabytes through a container.
-var optIn = []string{"fleet", "transfer"}
+// relayds, transfer moves gigabytes through a container (and on
+// loopback), loopback only on loopback.
+var optIn = []string{"fleet", "loopback", "transfer"}
 
 // config is the parsed command line.
 type config struct {
@@ -119,6 +120,9 @@ func run(args []string) error {
 	}
 	if cfg.only["fleet"] {
 		b.fleet()
+	}
+	if cfg.only["loopback"] && !cfg.only["transfer"] {
+		b.loopback()
 	}
 	if cfg.only["transfer"] {
 		b.transfer()

@@ -40,7 +40,8 @@ func (b *bench) transfer() {
 	b.transferLoopback(sec, fileBytes)
 	names := []string{"stdin: relayd execute with Stdin", "stdin: docker exec -i cat", "put: relayd PutFile", "put: docker cp in",
 		"put: docker exec -i cat", "get: relayd GetFile", "get: docker cp out", "get: docker exec cat", "relayd peak RSS",
-		"tree put: relayd UploadDir", "tree put: docker cp in", "tree get: relayd DownloadDir", "tree get: docker cp out"}
+		"tree put: relayd UploadDir", "tree put: docker cp in", "tree get: relayd DownloadDir", "tree get: docker cp out",
+		"put: relayd PutFile, digest none", "get: relayd GetFile, digest none"}
 	skip := func(why string) {
 		logf("transfer section skipped: %s", why)
 		for _, n := range names {
@@ -129,8 +130,13 @@ func (b *bench) transfer() {
 	}, func() error { return t.checkRemote("/tmp/put-cp.bin", t.fileSum, pr.Skipped == "") })
 	pe := step(names[4], fileBytes, fromHost(func(r io.Reader) error { return t.dockerIn(r, "/tmp/put-cat.bin") }),
 		func() error { return t.checkRemote("/tmp/put-cat.bin", t.fileSum, true) })
-	pr.against(pc)
-	pe.against(pc)
+	pn := step(names[13], fileBytes, fromHost(func(r io.Reader) error {
+		_, err := t.conn.PutFile(ctx, "/tmp/put-relayd-none.bin", r, client.PutOptions{Digest: client.DigestNone})
+		return err
+	}), func() error { return t.checkRemote("/tmp/put-relayd-none.bin", t.fileSum, false) })
+	pr.against(pe).target(">= 0.9x", ratioAtLeast(0.9))
+	pn.against(pe).target(">= 0.9x", ratioAtLeast(0.9))
+	pc.against(pe)
 
 	// get: the file relayd stored (docker cp's if that failed) back to the host.
 	src := "/tmp/put-relayd.bin"
@@ -169,8 +175,13 @@ func (b *bench) transfer() {
 		cmd.Stdout = w
 		return cmd.Run()
 	}), check)
-	gr.against(gc)
-	ge.against(gc)
+	gn := step(names[14], fileBytes, toHost(func(w io.Writer) error {
+		_, err := t.conn.GetFileWith(ctx, src, w, client.GetOptions{Digest: client.DigestNone})
+		return err
+	}), check)
+	gr.against(ge).target(">= 0.9x", ratioAtLeast(0.9))
+	gn.against(ge).target(">= 0.9x", ratioAtLeast(0.9))
+	gc.against(ge)
 	t.trees(sec, names[9:13])
 
 	peak := 0.0
@@ -189,10 +200,35 @@ func (b *bench) transfer() {
 		target("< 64 MiB", medianBelow(64)).withNote("%s", strings.Join(parts, ", "))
 }
 
-// loopbackNames are the transfer section's loopback rows.
-var loopbackNames = []string{"loopback: plain socket copy", "loopback put: relayd PutFile", "loopback get: relayd GetFile", "loopback: relayd peak RSS",
-	"loopback put: relayd CPU", "loopback put: client CPU", "loopback get: relayd CPU", "loopback get: client CPU", "loopback: plain socket copy CPU",
-	"loopback: sha256 CPU"}
+// loopback is the transfer section's loopback rows alone (--only
+// loopback): no container.
+func (b *bench) loopback() {
+	sec := b.report.section("loopback", "Transfer on loopback: put and get against a plain socket copy")
+	n := int64(1 << 30)
+	if b.cfg.quick {
+		n = 64 << 20
+	}
+	b.transferLoopback(sec, n)
+}
+
+// loopbackNames are the transfer section's loopback rows: the rates
+// (loopbackRates of them, the socket copy's first), the first byte, the
+// peak RSS, then CPU per GiB.
+var loopbackNames = []string{"loopback: plain socket copy", "loopback put: relayd PutFile", "loopback get: relayd GetFile",
+	"loopback put: relayd PutFile, digest none", "loopback get: relayd GetFile, digest none",
+	"loopback get: first byte of a body", "loopback: relayd peak RSS",
+	"loopback put: relayd CPU", "loopback put: client CPU", "loopback get: relayd CPU", "loopback get: client CPU",
+	"loopback put, digest none: relayd CPU", "loopback put, digest none: client CPU",
+	"loopback get, digest none: relayd CPU", "loopback get, digest none: client CPU",
+	"loopback: plain socket copy CPU", "loopback: sha256 CPU"}
+
+// The rows of loopbackNames by what they hold.
+const (
+	loopbackRates     = 5 // socket copy, put, get, put and get without a digest
+	loopbackFirstByte = 5
+	loopbackRSS       = 6
+	loopbackCPU       = 7 // relayd's and the client's of each of put, get and the two without a digest, then the socket copy's
+)
 
 // loopbackRounds is how many times each loopback transfer runs, in turns:
 // the figures are the medians (a busy machine moves single runs by 2x).
@@ -207,12 +243,14 @@ const loopbackRounds = 3
 func (b *bench) transferLoopback(sec *section, n int64) {
 	unitOf := func(i int) string {
 		switch {
-		case i == 3:
+		case i < loopbackRates:
+			return "MiB/s"
+		case i == loopbackFirstByte:
+			return "s"
+		case i == loopbackRSS:
 			return "MiB"
-		case i > 3:
-			return "s/GiB"
 		}
-		return "MiB/s"
+		return "s/GiB"
 	}
 	skip := func(why string) {
 		logf("transfer: loopback rows skipped: %s", why)
@@ -254,7 +292,7 @@ func (b *bench) transferLoopback(sec *section, n int64) {
 	if b.cfg.quick {
 		rounds = 1
 	}
-	sec.note("loopback rows: a %s file of pseudo-random bytes on this machine's disk, put to and got from a relayd on 127.0.0.1 (its workspace on the same disk) by the Go client (raw bodies when relayd lists \"body\"), against a plain copy of the same file through a loopback TCP socket into a file, in the same run, %d rounds in turns (medians); relayd's peak RSS is its VmHWM after all; CPU is user+system seconds per GiB, relayd's from /proc, the client's (and the socket copy's, both ends) this process's getrusage", mib(n), rounds)
+	sec.note("loopback rows: a %s file of pseudo-random bytes on this machine's disk, put to and got from a relayd on 127.0.0.1 (its workspace on the same disk) by the Go client (raw bodies when relayd lists \"body\"), with sha256 and with \"digest\":\"none\", against a plain copy of the same file through a loopback TCP socket into a file (sendfile in, splice out), in the same run, %d rounds in turns (medians); the first byte is the time from a body get's request to the client's first write of its bytes (page cache warm); relayd's peak RSS is its VmHWM after all; CPU is user+system seconds per GiB, relayd's from /proc, the client's (and the socket copy's, both ends) this process's getrusage", mib(n), rounds)
 	gib := float64(n) / (1 << 30)
 	// timed times op alone, then checks what arrived (check may be nil);
 	// it returns the rate and the CPU seconds per GiB of relayd and of
@@ -283,9 +321,9 @@ func (b *bench) transferLoopback(sec *section, n int64) {
 		return rate, relaydCPU, selfCPU, nil
 	}
 	got := filepath.Join(dir, "got.bin")
-	ops := []func() error{
-		func() error { return socketCopy(src, got) },
-		func() error {
+	var firstBytes []float64
+	put := func(digest string) func() error {
+		return func() error {
 			f, err := os.Open(src)
 			if err != nil {
 				return err
@@ -297,31 +335,45 @@ func (b *bench) transferLoopback(sec *section, n int64) {
 			if err := os.Remove(filepath.Join(d.Workspace, "put.bin")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}
-			t, err := c.PutFile(ctx, "put.bin", f, client.PutOptions{})
-			if err == nil && t.Sha256 != sum {
+			t, err := c.PutFile(ctx, "put.bin", f, client.PutOptions{Digest: digest})
+			if err == nil && digest == "" && t.Sha256 != sum {
 				err = fmt.Errorf("stored sha256 %s; want %s", t.Sha256, sum)
 			}
 			return err
-		},
-		func() error {
+		}
+	}
+	get := func(digest string) func() error {
+		return func() error {
 			o, err := os.Create(got)
 			if err != nil {
 				return err
 			}
-			t, err := c.GetFile(ctx, "put.bin", "", o)
+			var w io.Writer = o
+			var fb *firstByte
+			if digest == "" {
+				fb = &firstByte{w: o, began: time.Now()}
+				w = fb
+			}
+			t, err := c.GetFileWith(ctx, "put.bin", w, client.GetOptions{Digest: digest})
 			if cerr := o.Close(); err == nil {
 				err = cerr
 			}
-			if err == nil && t.Sha256 != sum {
+			if err == nil && digest == "" && t.Sha256 != sum {
 				err = fmt.Errorf("got sha256 %s; want %s", t.Sha256, sum)
 			}
+			if err == nil && fb != nil {
+				firstBytes = append(firstBytes, fb.after.Seconds())
+			}
 			return err
-		},
+		}
 	}
-	checks := []func() error{func() error { return checkSum(got, sum) }, nil, func() error { return checkSum(got, sum) }}
-	rates := make([][]float64, 3)
+	gotSum := func() error { return checkSum(got, sum) }
+	putSum := func() error { return checkSum(filepath.Join(d.Workspace, "put.bin"), sum) }
+	ops := []func() error{func() error { return socketCopy(src, got) }, put(""), get(""), put(client.DigestNone), get(client.DigestNone)}
+	checks := []func() error{gotSum, nil, gotSum, putSum, gotSum}
+	rates := make([][]float64, loopbackRates)
 	cpu := map[int][]float64{} // by row of loopbackNames
-	failed := make([]error, 3)
+	failed := make([]error, loopbackRates)
 	for range rounds {
 		for i, op := range ops {
 			if failed[i] != nil {
@@ -333,17 +385,15 @@ func (b *bench) transferLoopback(sec *section, n int64) {
 				continue
 			}
 			rates[i] = append(rates[i], r)
-			switch i {
-			case 0:
-				cpu[8] = append(cpu[8], sc)
-			case 1:
-				cpu[4], cpu[5] = append(cpu[4], rc), append(cpu[5], sc)
-			case 2:
-				cpu[6], cpu[7] = append(cpu[6], rc), append(cpu[7], sc)
+			if i == 0 {
+				cpu[loopbackCPU+8] = append(cpu[loopbackCPU+8], sc)
+				continue
 			}
+			row := loopbackCPU + 2*(i-1)
+			cpu[row], cpu[row+1] = append(cpu[row], rc), append(cpu[row+1], sc)
 		}
 	}
-	figs := make([]*figure, 3)
+	figs := make([]*figure, loopbackRates)
 	for i := range figs {
 		if failed[i] != nil {
 			figs[i] = sec.add(skipped(loopbackNames[i], "MiB/s", failed[i].Error()))
@@ -353,13 +403,21 @@ func (b *bench) transferLoopback(sec *section, n int64) {
 	}
 	figs[1].against(figs[0]).target(">= 0.7x", ratioAtLeast(0.7))
 	figs[2].against(figs[0]).target(">= 0.7x", ratioAtLeast(0.7))
+	figs[3].against(figs[0]).target(">= 0.85x", ratioAtLeast(0.85))
+	figs[4].against(figs[0]).target(">= 0.85x", ratioAtLeast(0.85))
+	if len(firstBytes) == 0 {
+		sec.add(skipped(loopbackNames[loopbackFirstByte], "s", "no body get"))
+	} else {
+		sec.add(measured(loopbackNames[loopbackFirstByte], "s", firstBytes, false)).target("< 0.1 s", medianBelow(0.1)).
+			withNote("of a %s get with sha256: from the request to the client's first write", mib(n))
+	}
 	hwm, err := d.status("VmHWM")
 	if err != nil {
-		sec.add(skipped(loopbackNames[3], "MiB", err.Error()))
+		sec.add(skipped(loopbackNames[loopbackRSS], "MiB", err.Error()))
 	} else {
-		sec.add(measured(loopbackNames[3], "MiB", []float64{hwm / 1024}, false)).target("< 64 MiB", medianBelow(64))
+		sec.add(measured(loopbackNames[loopbackRSS], "MiB", []float64{hwm / 1024}, false)).target("< 64 MiB", medianBelow(64))
 	}
-	for i := 4; i < len(loopbackNames)-1; i++ {
+	for i := loopbackCPU; i < len(loopbackNames)-1; i++ {
 		xs := cpu[i]
 		if len(xs) == 0 || slices.Contains(xs, -1) {
 			sec.add(skipped(loopbackNames[i], "s/GiB", "not measured"))
@@ -368,10 +426,24 @@ func (b *bench) transferLoopback(sec *section, n int64) {
 		sec.add(measured(loopbackNames[i], "s/GiB", xs, false))
 	}
 	// What the contract's sha256 of every byte costs here: a put and a
-	// get hash each byte twice, once on each side (relayd sends a get's
-	// body through a buffer, not hashing it again).
+	// get hash each byte twice, once on each side, in the pass that
+	// moves it; "digest":"none" hashes none.
 	sec.add(measured(loopbackNames[len(loopbackNames)-1], "s/GiB", []float64{sha256Cost()}, false)).
-		withNote("one pass over 256 MiB in memory, one core; a put or a get pays it once on each side")
+		withNote("one pass over 256 MiB in memory, one core; a put or a get with sha256 pays it once on each side")
+}
+
+// firstByte passes writes to w and keeps when the first came, after began.
+type firstByte struct {
+	w     io.Writer
+	began time.Time
+	after time.Duration
+}
+
+func (f *firstByte) Write(p []byte) (int, error) {
+	if f.after == 0 {
+		f.after = time.Since(f.began)
+	}
+	return f.w.Write(p)
 }
 
 // sha256Cost is the CPU seconds per GiB of crypto/sha256 on this machine.

@@ -32,7 +32,7 @@ func TestTransferSkippedWithoutDocker(t *testing.T) {
 	b := &bench{report: &report{}}
 	b.transfer()
 	sec := b.report.Sections[0]
-	want := len(loopbackNames) + 13
+	want := len(loopbackNames) + 15
 	if sec.Name != "transfer" || len(sec.Figures) != want {
 		t.Fatalf("got section %q with %d figures; want transfer with %d skipped", sec.Name, len(sec.Figures), want)
 	}

@@ -42,6 +42,11 @@ func checkFiles(verb string, o options, args []string) error {
 			return errors.New("-r keeps each file's own mode and makes REMOTE's parents: --mode and --parents are for one file")
 		}
 	}
+	switch o.digest {
+	case "", client.DigestSHA256, client.DigestNone:
+	default:
+		return fmt.Errorf("--digest %q: want sha256 or none", o.digest)
+	}
 	if o.mode != "" {
 		if m, err := strconv.ParseUint(o.mode, 8, 32); err != nil || m > 0o7777 {
 			return fmt.Errorf("--mode %q: want octal permission bits such as 0755", o.mode)
@@ -61,7 +66,7 @@ func putFile(ctx context.Context, c *client.Conn, o options, local, remote strin
 		defer f.Close()
 		r = f
 	}
-	po := client.PutOptions{User: o.user, Parents: o.parents}
+	po := client.PutOptions{User: o.user, Parents: o.parents, Digest: o.digest}
 	if o.mode != "" {
 		m, _ := strconv.ParseUint(o.mode, 8, 32) // checked by checkFiles
 		po.Mode = uint32(m)
@@ -75,11 +80,12 @@ func putFile(ctx context.Context, c *client.Conn, o options, local, remote strin
 }
 
 // getFile copies remote to local (- for stdout). A local file is written
-// beside itself and renamed into place once relayd's sha256 matched, so a
-// failed get leaves what was there.
+// beside itself and renamed into place once the get checked out (relayd's
+// sent, its sha256 matched), so a failed get leaves what was there.
 func getFile(ctx context.Context, c *client.Conn, o options, remote, local string, out printer) (int, error) {
+	opts := client.GetOptions{User: o.user, Digest: o.digest}
 	if local == "-" {
-		t, err := c.GetFile(ctx, remote, o.user, out.stdout)
+		t, err := c.GetFileWith(ctx, remote, out.stdout, opts)
 		if err != nil {
 			return 0, err
 		}
@@ -91,7 +97,7 @@ func getFile(ctx context.Context, c *client.Conn, o options, remote, local strin
 		return 0, err
 	}
 	defer os.Remove(tmp.Name()) // a no-op after the rename
-	t, err := c.GetFile(ctx, remote, o.user, tmp)
+	t, err := c.GetFileWith(ctx, remote, tmp, opts)
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
@@ -140,9 +146,13 @@ func (p printer) transferred(kind string, t client.Transferred, w io.Writer) {
 		p.asJSON(kind, t)
 		return
 	}
+	digest := "sha256 " + t.Sha256
+	if t.Sha256 == "" {
+		digest = "digest none"
+	}
 	if t.Path != "" {
-		fmt.Fprintf(w, "%s %d bytes sha256 %s\n", t.Path, t.Bytes, t.Sha256)
+		fmt.Fprintf(w, "%s %d bytes %s\n", t.Path, t.Bytes, digest)
 		return
 	}
-	fmt.Fprintf(w, "%d bytes sha256 %s\n", t.Bytes, t.Sha256)
+	fmt.Fprintf(w, "%d bytes %s\n", t.Bytes, digest)
 }

@@ -135,3 +135,26 @@ func TestPutDirectoryNamesR(t *testing.T) {
 		t.Fatalf("put DIR: got %d, stderr %q; want %d saying it is a directory and to use put -r", got.code, got.stderr, exitFailed)
 	}
 }
+
+// --digest none moves a file with no digest on either side (protocol 4.6,
+// "Bulk bodies"), and says so; another value is refused before dialing.
+func TestPutGetDigestNone(t *testing.T) {
+	r := start(t)
+	tok := []string{"RELAYD_TOKEN=" + r.Token}
+	data := bytes.Repeat([]byte("\x00none\xff\n"), 100_000)
+	local := filepath.Join(t.TempDir(), "in.bin")
+	if err := os.WriteFile(local, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := relayctl(t, tok, "put", "--addr", r.Addr, "--digest", "none", local, "f.bin"); got.code != 0 || !strings.Contains(got.stdout, "digest none") {
+		t.Fatalf("put --digest none: got %d, stdout %q, stderr %q; want 0 saying digest none", got.code, got.stdout, got.stderr)
+	}
+	back := filepath.Join(t.TempDir(), "back.bin")
+	got := relayctl(t, tok, "get", "--addr", r.Addr, "--digest", "none", "f.bin", back)
+	if b, _ := os.ReadFile(back); got.code != 0 || !bytes.Equal(b, data) || !strings.Contains(got.stdout, "digest none") {
+		t.Fatalf("get --digest none: got %d (stdout %q, stderr %q) and %d bytes; want 0 and the %d put", got.code, got.stdout, got.stderr, len(b), len(data))
+	}
+	if got := relayctl(t, tok, "get", "--addr", r.Addr, "--digest", "md5", "f.bin", back); got.code == 0 || !strings.Contains(got.stderr, "--digest") {
+		t.Fatalf("get --digest md5: got %d, stderr %q; want a failure naming --digest", got.code, got.stderr)
+	}
+}

@@ -109,6 +109,7 @@ type options struct {
 	parents         bool          // put: make missing directories
 	recursive       bool          // put, get: a directory, as a tar archive
 	links           string        // put, get -r: "keep", every symbolic link as it is
+	digest          string        // put, get: "sha256" or "none" (protocol 4.6, "Bulk bodies")
 	tty             bool          // exec: on a pty attached to relayctl's terminal (tty.go)
 	term            string        // exec -t: the terminal's type, relayctl's own $TERM
 }
@@ -189,6 +190,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		fs.StringVar(&o.user, "user", "", "read or write the file with this user's rights (name or uid[:group]; default relayd's --subject-user); a new file is its")
 		fs.BoolVarP(&o.recursive, "recursive", "r", false, "copy a directory and what it holds (a tar archive over put and get, packed and unpacked by relayd itself when it serves \"tree\", else by tar on relayd's side)")
 		fs.StringVar(&o.links, "links", "", "with -r: keep (every symbolic link kept as it is, whatever its target, as docker cp does); by default a link that leads outside the directory is refused. Nothing is ever written through a link")
+		fs.StringVar(&o.digest, "digest", "sha256", "sha256: relayd's digest of the file checked against relayctl's; none: no digest on either side (a transport that checks its bytes)")
 	}
 	if verb == "put" {
 		fs.StringVar(&o.mode, "mode", "", "the file's permission bits, octal (default 0644)")

@@ -35,6 +35,7 @@ const (
 	CatBusy            = "busy"
 	CatShuttingDown    = "shutting-down"
 	CatNotFound        = "not-found" // attach: no such detached execution (section 4.5)
+	CatFailed          = "failed"    // a get's body: the file changed while it was sent (section 4.6, "Bulk bodies")
 )
 
 // Diagnostic categories (sections 4.2 and 5).

@@ -14,7 +14,7 @@ import (
 // readsFile reports whether a put or get (k) reads fieldNames[i].
 func readsFile(k string, i int) bool {
 	switch fieldNames[i] {
-	case "path", "user", "body", "format":
+	case "path", "user", "body", "format", "digest":
 		return true
 	case "exclude":
 		return k == "get"
@@ -49,6 +49,9 @@ type Put struct {
 	// KeepLinks: "links":"keep", every symbolic link of the tree is kept
 	// as it is, whatever its target (section 4.6, "Trees").
 	KeepLinks bool
+	// NoDigest: "digest":"none", no sha256 is computed and stored
+	// carries none (section 4.6, "Bulk bodies").
+	NoDigest bool
 
 	Ignored []string // the request's unknown top-level fields (section 4.6)
 }
@@ -131,6 +134,9 @@ func (m *Message) Put(buf []byte, later bool) (*Put, *Error) {
 	if p.User, e = m.fileUser("put"); e != nil {
 		return nil, e
 	}
+	if p.NoDigest, e = m.fileDigest("put"); e != nil {
+		return nil, e
+	}
 	p.Ignored = m.ignoredAs("put")
 	return p, nil
 }
@@ -173,7 +179,10 @@ type Get struct {
 	Body    bool     // answer with one content line and a raw body (section 4.6, "Bulk bodies")
 	Tar     bool     // "format":"tar": pack the directory Path (section 4.6, "Trees")
 	Exclude []string // with Tar: globs of what is left out
-	Ignored []string // the request's unknown top-level fields (section 4.6)
+	// NoDigest: "digest":"none", no sha256 is computed and neither the
+	// last content chunk nor sent carries one (section 4.6, "Bulk bodies").
+	NoDigest bool
+	Ignored  []string // the request's unknown top-level fields (section 4.6)
 }
 
 // Get validates m as a get: "path" a non-empty string without NUL, "user"
@@ -193,6 +202,9 @@ func (m *Message) Get() (*Get, *Error) {
 	if g.Tar, e = m.fileFormat("get"); e != nil {
 		return nil, e
 	}
+	if g.NoDigest, e = m.fileDigest("get"); e != nil {
+		return nil, e
+	}
 	if raw, present := m.optional("exclude"); present {
 		if !g.Tar {
 			return nil, newError(CatBadRequest, `get: "exclude" goes with "format":"tar" only`)
@@ -208,6 +220,30 @@ func (m *Message) Get() (*Get, *Error) {
 	}
 	g.Ignored = m.ignoredAs("get")
 	return g, nil
+}
+
+// DigestNone and DigestSHA256 are the values of a put's or get's "digest"
+// (section 4.6, "Bulk bodies"): no digest, or the default sha256 named.
+const (
+	DigestNone   = "none"
+	DigestSHA256 = "sha256"
+)
+
+// fileDigest reads "digest": absent or "sha256" (a sha256 of the whole
+// file, the default) or "none" (no digest on either side). It reports
+// whether it was "none".
+func (m *Message) fileDigest(kind string) (bool, *Error) {
+	raw, present := m.optional("digest")
+	if !present {
+		return false, nil
+	}
+	switch s, ok := decodeString(raw); {
+	case ok && s == DigestNone:
+		return true, nil
+	case ok && s == DigestSHA256:
+		return false, nil
+	}
+	return false, newError(CatBadRequest, `%s: "digest" must be "none" (no digest on either side) or "sha256" (the default)`, kind)
 }
 
 // MaxExclude bounds a tree get's "exclude" list.
@@ -290,7 +326,7 @@ type Stored struct {
 	ID      json.RawMessage `json:"id,omitempty"`
 	Path    string          `json:"path"` // absolute
 	Bytes   int64           `json:"bytes"`
-	Sha256  string          `json:"sha256"`            // lower-case hex of the whole file
+	Sha256  string          `json:"sha256,omitempty"`  // lower-case hex of the whole file; none with "digest":"none"
 	Files   *int64          `json:"files,omitempty"`   // a tree's members written (section 4.6, "Trees")
 	Refused []string        `json:"refused,omitempty"` // a tree's members refused, each "name: why"
 	Ignored []string        `json:"ignored,omitempty"`
@@ -313,15 +349,27 @@ type Content struct {
 }
 
 // ContentBody is the reply to a get with "body":true (section 4.6, "Bulk
-// bodies"): the Body raw bytes of the file follow its line.
+// bodies"): the Body raw bytes of the file follow its line, and then a
+// Sent line (or an error). It carries no digest: that is computed while
+// the bytes are sent.
 type ContentBody struct {
 	Token   string          `json:"token,omitempty"`
 	Kind    string          `json:"kind"` // "content"
 	ID      json.RawMessage `json:"id,omitempty"`
 	Bytes   int64           `json:"bytes"`
-	Sha256  string          `json:"sha256"`
 	Body    int64           `json:"body"`
 	Files   *int64          `json:"files,omitempty"`
 	Refused []string        `json:"refused,omitempty"`
+	Ignored []string        `json:"ignored,omitempty"`
+}
+
+// Sent is the line after a get's raw body (section 4.6, "Bulk bodies"):
+// the sha256 of the bytes sent, computed as they were sent; none with
+// "digest":"none".
+type Sent struct {
+	Token   string          `json:"token,omitempty"`
+	Kind    string          `json:"kind"` // "sent"
+	ID      json.RawMessage `json:"id,omitempty"`
+	Sha256  string          `json:"sha256,omitempty"`
 	Ignored []string        `json:"ignored,omitempty"`
 }

@@ -130,6 +130,16 @@ func (lr *LineReader) fail(err error) ([]byte, error) {
 	return nil, err
 }
 
+// BodyReaderFrom is a body's sink that can take the bytes straight from
+// the stream's source (splice(2) into a file) once those the reader holds
+// are used. ReadBodyFrom takes at most n bytes of src and returns how many
+// and src's error; a failure of its own it keeps, taking the rest through
+// Write. Taking nothing without an error declines: the rest goes through
+// Write.
+type BodyReaderFrom interface {
+	ReadBodyFrom(src io.Reader, n int64) (int64, error)
+}
+
 // CopyBody copies the next n raw bytes of the stream, those that follow
 // the line ReadLine returned last (section 4.6, "Bulk bodies"), to w
 // through buf, first the bytes already read, then straight from the
@@ -145,6 +155,7 @@ func (lr *LineReader) CopyBody(w io.Writer, n int64, buf []byte) error {
 	if len(buf) == 0 {
 		panic("protocol: CopyBody: empty buffer")
 	}
+	rf, _ := w.(BodyReaderFrom)
 	empty := 0
 	for n > 0 {
 		if lr.rpos < lr.wpos {
@@ -152,6 +163,16 @@ func (lr *LineReader) CopyBody(w io.Writer, n int64, buf []byte) error {
 			_, _ = w.Write(lr.buf[lr.rpos : lr.rpos+int(k)])
 			lr.rpos += int(k)
 			n -= k
+			continue
+		}
+		if rf != nil && lr.rerr == nil {
+			k, err := rf.ReadBodyFrom(lr.src, n)
+			n -= k
+			if err != nil {
+				lr.rerr = err
+			} else if k == 0 {
+				rf = nil // it took nothing: the rest goes through buf
+			}
 			continue
 		}
 		if lr.rerr != nil {

@@ -40,7 +40,7 @@ type transfer struct {
 	cred    *syscall.Credential // the put's user; nil: relayd's
 	mode    uint32
 	n       int64
-	sum     hash.Hash
+	sum     hash.Hash // nil with "digest":"none"
 	ignored []string
 	buf     []byte  // the decoded chunk, reused
 	tree    *treeIn // a tar stream unpacked as it comes (tree.go); tmp is nil then
@@ -126,11 +126,65 @@ func (s *bodySink) Write(p []byte) (int, error) {
 		if err := s.x.write(p); err != nil {
 			s.err = err
 		} else {
-			s.x.sum.Write(p)
+			s.x.hash(p)
 			s.x.n += int64(len(p))
 		}
 	}
 	return len(p), nil
+}
+
+// ReadBodyFrom takes up to n bytes of a body straight from the stream
+// (protocol.BodyReaderFrom) when nothing is to be hashed or unpacked:
+// splice(2) from the socket into the temporary file, without a copy
+// through relayd's memory, in pieces of writebackBytes, each then asked
+// to be written back as transfer.write does. A failure of the file is
+// kept as the sink's error (the rest of the body is then dropped through
+// Write); the stream's is returned.
+func (s *bodySink) ReadBodyFrom(src io.Reader, n int64) (int64, error) {
+	x := s.x
+	if _, ok := src.(syscall.Conn); !ok || s.err != nil || x.sum != nil || x.tree != nil {
+		return 0, nil
+	}
+	var got int64
+	for got < n {
+		piece := min(writebackBytes, n-got)
+		k, err := x.tmp.ReadFrom(io.LimitReader(src, piece))
+		got += k
+		x.n += k
+		x.written += k
+		if x.written-x.flushed >= writebackBytes {
+			startWriteback(int(x.tmp.Fd()), x.flushed, x.written-x.flushed)
+			x.flushed = x.written
+		}
+		if err != nil {
+			if fileFailed(err) {
+				s.err = err
+				return got, nil
+			}
+			return got, err
+		}
+		if k < piece {
+			return got, nil // the stream ended: the reader finds out
+		}
+	}
+	return got, nil
+}
+
+// fileFailed reports whether err, of a splice into a file, is the file's.
+func fileFailed(err error) bool {
+	for _, e := range []error{syscall.ENOSPC, syscall.EDQUOT, syscall.EFBIG, syscall.EIO, syscall.EROFS} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// hash adds p to the transfer's sha256, if it has one.
+func (x *transfer) hash(p []byte) {
+	if x.sum != nil {
+		x.sum.Write(p)
+	}
 }
 
 // fileError is a refusal of a put or get: a protocol category and a
@@ -207,7 +261,7 @@ func (cn *conn) put(msg *protocol.Message, ignored []string) {
 		return
 	}
 	x.n += int64(len(p.Data))
-	x.sum.Write(p.Data)
+	x.hash(p.Data)
 	if p.More {
 		return // no reply until the last chunk
 	}
@@ -221,8 +275,10 @@ func (cn *conn) put(msg *protocol.Message, ignored []string) {
 
 // stored is the reply to a transfer committed.
 func (x *transfer) stored(token string) protocol.Stored {
-	st := protocol.Stored{Token: token, Kind: "stored", ID: x.id, Path: x.target, Bytes: x.n,
-		Sha256: hex.EncodeToString(x.sum.Sum(nil)), Ignored: x.ignored}
+	st := protocol.Stored{Token: token, Kind: "stored", ID: x.id, Path: x.target, Bytes: x.n, Ignored: x.ignored}
+	if x.sum != nil {
+		st.Sha256 = hex.EncodeToString(x.sum.Sum(nil))
+	}
 	if x.tree != nil {
 		st.Files, st.Refused = &x.tree.count.files, x.tree.count.list()
 	}
@@ -392,7 +448,10 @@ func openDir(kind, target string, mkdir bool) (*env.Dir, string, *fileError) {
 // openTransfer checks the target of a first put and creates its temporary
 // file in the target's directory, held open, with the put's user's rights.
 func (s *Server) openTransfer(p *protocol.Put) (*transfer, *fileError) {
-	x := &transfer{target: s.filePath(p.Path), mode: p.Mode, sum: newSum()}
+	x := &transfer{target: s.filePath(p.Path), mode: p.Mode}
+	if !p.NoDigest {
+		x.sum = newSum()
+	}
 	cred, ferr := s.fileCred("put", p.User)
 	if ferr != nil {
 		return nil, ferr
@@ -561,7 +620,8 @@ func kindOf(err error) string {
 }
 
 // get answers a get with the file's content in chunks, read one at a
-// time; the last carries the whole file's size and sha256. A file that
+// time; the last carries the whole file's size and sha256 (none with
+// "digest":"none"). A file that
 // grows past --max-file-bytes while it is read ends in an error instead.
 func (cn *conn) get(msg *protocol.Message, ignored []string) {
 	g, perr := msg.Get()
@@ -590,7 +650,10 @@ func (cn *conn) get(msg *protocol.Message, ignored []string) {
 	}
 	max := cn.srv.maxFileBytes()
 	buf := make([]byte, cn.srv.contentChunk())
-	sum := newSum()
+	var sum hash.Hash
+	if !g.NoDigest {
+		sum = newSum()
+	}
 	var n int64
 	for {
 		k, err := io.ReadFull(f, buf)
@@ -604,10 +667,15 @@ func (cn *conn) get(msg *protocol.Message, ignored []string) {
 				fmt.Sprintf("get: %s grew past --max-file-bytes (%d bytes) while it was read; discard the content sent", path, max))
 			return
 		}
-		sum.Write(buf[:k])
+		if sum != nil {
+			sum.Write(buf[:k])
+		}
 		c := protocol.Content{Token: cn.token(), Kind: "content", ID: msg.ID, Data: buf[:k], More: err == nil}
 		if !c.More {
-			c.Bytes, c.Sha256, c.Ignored = &n, hex.EncodeToString(sum.Sum(nil)), g.Ignored
+			c.Bytes, c.Ignored = &n, g.Ignored
+			if sum != nil {
+				c.Sha256 = hex.EncodeToString(sum.Sum(nil))
+			}
 		}
 		if !cn.write(c) || !c.More {
 			return
@@ -616,35 +684,28 @@ func (cn *conn) get(msg *protocol.Message, ignored []string) {
 }
 
 // getBody answers a get with "body":true (section 4.6, "Bulk bodies"):
-// one content line with the file's size and sha256, then its raw bytes.
-// The line comes first, so the file is read twice through one buffer:
-// once for the sha256, then to send it (sendBody), each byte hashed
-// once. A file that changes between the two (it ends early, or its size,
-// modification or change time moved) cannot be cut short in the stream:
-// relayd then closes the connection, which the peer sees inside the
-// body; the peer's own sha256 of what it received is the check of the
-// bytes.
+// one content line with the file's size, its raw bytes, then sent with
+// the sha256 of the bytes as they were sent, computed in that same pass
+// (nothing is read before the first byte leaves). Exactly the size the
+// line announced follows, whatever happens to the file meanwhile: a file
+// that ends early is made up with zero bytes. One that ended early, grew,
+// or whose size, modification or change time moved while it was sent is
+// answered by a failed error in place of sent: the stream stays in step
+// and the session serves on; the bytes sent are not a file. With
+// "digest":"none" nothing is hashed and the bytes go by sendfile(2).
 func (cn *conn) getBody(id json.RawMessage, g *protocol.Get, path string, f *os.File) {
-	max := cn.srv.maxFileBytes()
 	before, err := fileStamp(f)
-	var n int64
-	sum := newSum()
-	buf := make([]byte, bodyBufBytes)
-	if err == nil {
-		n, err = io.CopyBuffer(sum, io.LimitReader(f, max+1), buf)
-	}
-	switch {
-	case err != nil:
+	if err != nil {
 		cn.refuse(id, g.Ignored, protocol.CatBadRequest, fmt.Sprintf("get: reading %s failed: %v", path, err))
 		return
-	case n > max:
-		cn.refuse(id, g.Ignored, protocol.CatBadRequest,
-			fmt.Sprintf("get: %s grew past --max-file-bytes (%d bytes) while it was read", path, max))
+	}
+	n := before.size
+	if max := cn.srv.maxFileBytes(); n > max {
+		cn.refuse(id, g.Ignored, protocol.CatBadRequest, fmt.Sprintf("get: %s is %d bytes, more than --max-file-bytes (%d)", path, n, max))
 		return
 	}
-	bodyHashed(path)
-	head := protocol.ContentBody{Token: cn.token(), Kind: "content", ID: id, Bytes: n, Sha256: hex.EncodeToString(sum.Sum(nil)), Body: n, Ignored: g.Ignored}
-	cn.wmu.Lock() // the line and its body are one write: a streamed execution's output waits
+	head := protocol.ContentBody{Token: cn.token(), Kind: "content", ID: id, Bytes: n, Body: n, Ignored: g.Ignored}
+	cn.wmu.Lock() // the line, its body and sent are one write: a streamed execution's output waits
 	defer cn.wmu.Unlock()
 	if cn.lost.Load() {
 		return
@@ -654,28 +715,45 @@ func (cn *conn) getBody(id json.RawMessage, g *protocol.Get, path string, f *os.
 		cn.lostWriting(err)
 		return
 	}
-	sent, err := cn.sendBody(f, n, buf)
-	if err != nil {
-		cn.lostWriting(err)
+	var sum hash.Hash
+	if !g.NoDigest {
+		sum = newSum()
+	}
+	sent, rerr, werr := cn.sendBody(f, n, sum)
+	if werr == nil && sent < n {
+		werr = cn.sendZeros(n - sent)
+	}
+	if werr != nil {
+		cn.lostWriting(werr)
 		return
 	}
-	after, serr := fileStamp(f)
-	switch {
+	why := ""
+	switch after, serr := fileStamp(f); {
+	case rerr != nil:
+		why = fmt.Sprintf("reading it failed after %d bytes: %v", sent, rerr)
 	case sent < n:
-		cn.log.Warn().Str("path", path).Int64("bytes", sent).Msg("get: the file shrank while its body was sent; closing the connection")
-		cn.lostWriting(nil)
-	case serr != nil || after != before:
-		cn.log.Warn().Str("path", path).Msg("get: the file changed while its body was sent; closing the connection")
-		cn.lostWriting(nil)
+		why = fmt.Sprintf("it changed while it was sent: it ended after %d of its %d bytes", sent, n)
+	case serr != nil:
+		why = fmt.Sprintf("it could not be looked at after it was sent: %v", serr)
+	case after != before || grewPast(f, n):
+		why = "it changed while it was sent (its size, modification or change time moved)"
+	}
+	var last any = protocol.Sent{Token: cn.token(), Kind: "sent", ID: id, Ignored: g.Ignored}
+	if why != "" {
+		cn.log.Warn().Str("path", path).Msg("get: the file changed while its body was sent")
+		last = protocol.ErrorReply{Kind: "error", ID: id, Ignored: g.Ignored, Error: &protocol.Error{Category: protocol.CatFailed,
+			Message: fmt.Sprintf("get: %s: %s; the %d bytes sent are not the file", path, why, n)}}
+	} else if sum != nil {
+		last = protocol.Sent{Token: cn.token(), Kind: "sent", ID: id, Sha256: hex.EncodeToString(sum.Sum(nil)), Ignored: g.Ignored}
+	}
+	_ = cn.c.SetWriteDeadline(time.Now().Add(cn.srv.cfg.WriteTimeout))
+	if err := protocol.WriteLine(cn.c, last); err != nil {
+		cn.lostWriting(err)
 	}
 }
 
 // newSum makes the sha256 of a transfer (a test counts what it hashes).
 var newSum = sha256.New
-
-// bodyHashed is called between a get body's two passes (a test changes
-// the file there).
-var bodyHashed = func(path string) {}
 
 // stamp is what tells that a file changed: its size, modification and
 // change times.
@@ -692,29 +770,90 @@ func fileStamp(f *os.File) (stamp, error) {
 	return stamp{st.Size, st.Mtim, st.Ctim}, nil
 }
 
-// sendBody writes the n bytes of f from its start to the connection
-// through buf, each piece with its own write deadline, and returns how
-// many it sent: fewer than n without an error when f ended first. Not
-// sendfile(2): on loopback the peer then spent about 0.5 CPU s/GiB more
-// than with this buffer, more than relayd saved (docs/performance.md).
-func (cn *conn) sendBody(f *os.File, n int64, buf []byte) (int64, error) {
-	var off int64
-	for off < n {
-		k, err := f.ReadAt(buf[:min(int64(len(buf)), n-off)], off)
-		if k > 0 {
-			_ = cn.c.SetWriteDeadline(time.Now().Add(cn.srv.cfg.WriteTimeout))
-			if _, werr := cn.c.Write(buf[:k]); werr != nil {
-				return off, werr
-			}
-			off += int64(k)
-		}
-		if errors.Is(err, io.EOF) {
-			return off, nil
-		} else if err != nil {
-			return off, err
+// grewPast reports whether f holds a byte at offset n: it grew after its
+// size was taken (a write within the clock's tick leaves the times).
+func grewPast(f *os.File, n int64) bool {
+	var b [1]byte
+	k, _ := f.ReadAt(b[:], n)
+	return k > 0
+}
+
+// sendBody writes the n bytes of f from its start to the connection and
+// returns how many it sent, the file's error (rerr: fewer than n, or an
+// end before n when both are nil) and the connection's (werr). With sum,
+// each piece is read into one buffer, hashed and written, so that the
+// sha256 is of the bytes sent, in the pass that sends them; without,
+// sendfile(2) copies the file's pages to a TCP socket (a Unix socket's
+// conn has no io.ReaderFrom: the buffer, unhashed). Each piece has its
+// own write deadline.
+func (cn *conn) sendBody(f *os.File, n int64, sum hash.Hash) (sent int64, rerr, werr error) {
+	if sum == nil {
+		if rf, ok := cn.c.(io.ReaderFrom); ok {
+			return cn.sendFile(rf, f, n)
 		}
 	}
-	return off, nil
+	buf := make([]byte, min(int64(bodyBufBytes), max(n, 1)))
+	for sent < n {
+		k, err := f.ReadAt(buf[:min(int64(len(buf)), n-sent)], sent)
+		if k > 0 {
+			if sum != nil {
+				sum.Write(buf[:k])
+			}
+			_ = cn.c.SetWriteDeadline(time.Now().Add(cn.srv.cfg.WriteTimeout))
+			if _, werr := cn.c.Write(buf[:k]); werr != nil {
+				return sent, nil, werr
+			}
+			sent += int64(k)
+		}
+		if errors.Is(err, io.EOF) {
+			return sent, nil, nil
+		} else if err != nil {
+			return sent, err, nil
+		}
+	}
+	return sent, nil, nil
+}
+
+// sendFilePiece is how much of a body one sendfile(2) call may send
+// before the write deadline is renewed.
+const sendFilePiece = 8 << 20
+
+// sendFile is sendBody without a digest: the connection's ReadFrom
+// (sendfile(2) from f's offset) in pieces of sendFilePiece. A failed
+// sendfile cannot tell the file's error from the socket's: both are
+// the connection's, which closes it.
+func (cn *conn) sendFile(rf io.ReaderFrom, f *os.File, n int64) (sent int64, rerr, werr error) {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return 0, err, nil
+	}
+	for sent < n {
+		piece := min(sendFilePiece, n-sent)
+		_ = cn.c.SetWriteDeadline(time.Now().Add(cn.srv.cfg.WriteTimeout))
+		k, err := rf.ReadFrom(io.LimitReader(f, piece))
+		sent += k
+		if err != nil {
+			return sent, nil, err
+		}
+		if k < piece {
+			return sent, nil, nil // the file ended early
+		}
+	}
+	return sent, nil, nil
+}
+
+// sendZeros makes up a body whose file ended early with n zero bytes, so
+// that the stream stays in step.
+func (cn *conn) sendZeros(n int64) error {
+	zeros := make([]byte, min(int64(bodyBufBytes), n))
+	for n > 0 {
+		_ = cn.c.SetWriteDeadline(time.Now().Add(cn.srv.cfg.WriteTimeout))
+		k, err := cn.c.Write(zeros[:min(int64(len(zeros)), n)])
+		if err != nil {
+			return err
+		}
+		n -= int64(k)
+	}
+	return nil
 }
 
 // contentChunk is the raw size of a content chunk: its line (base64 and

@@ -780,7 +780,10 @@ func (cn *conn) getTree(id json.RawMessage, g *protocol.Get, path string) {
 		return count, err
 	}
 	if !g.Body {
-		cw := &chunkWriter{cn: cn, id: id, buf: make([]byte, 0, cn.srv.contentChunk()), sum: sha256.New()}
+		cw := &chunkWriter{cn: cn, id: id, buf: make([]byte, 0, cn.srv.contentChunk())}
+		if !g.NoDigest {
+			cw.sum = sha256.New()
+		}
 		count, err := packAs(cw)
 		if err == nil {
 			err = cw.flush(false)
@@ -790,18 +793,29 @@ func (cn *conn) getTree(id json.RawMessage, g *protocol.Get, path string) {
 			return
 		}
 		n := cw.n
-		cn.write(protocol.Content{Token: cn.token(), Kind: "content", ID: id, Data: []byte{}, Bytes: &n,
-			Sha256: hex.EncodeToString(cw.sum.Sum(nil)), Files: &count.files, Refused: count.list(), Ignored: g.Ignored})
+		last := protocol.Content{Token: cn.token(), Kind: "content", ID: id, Data: []byte{}, Bytes: &n,
+			Files: &count.files, Refused: count.list(), Ignored: g.Ignored}
+		if cw.sum != nil {
+			last.Sha256 = hex.EncodeToString(cw.sum.Sum(nil))
+		}
+		cn.write(last)
 		return
 	}
-	cnt := &countingHash{h: sha256.New()}
+	// The size goes first, so the tree is packed twice: once to count
+	// (and, unless "digest":"none", hash) it, once to send it, hashed as
+	// it goes. A tree that differs between the two is answered by a
+	// failed error in place of sent, its body cut or made up with zero
+	// bytes to the size announced, so that the stream stays in step.
+	cnt := &countingHash{}
+	if !g.NoDigest {
+		cnt.h = sha256.New()
+	}
 	count, err := packAs(cnt)
 	if err != nil {
 		cn.refuse(id, g.Ignored, protocol.CatBadRequest, fmt.Sprintf("get: packing %s failed: %v", path, err))
 		return
 	}
-	want := cnt.h.Sum(nil)
-	head := protocol.ContentBody{Token: cn.token(), Kind: "content", ID: id, Bytes: cnt.n, Sha256: hex.EncodeToString(want),
+	head := protocol.ContentBody{Token: cn.token(), Kind: "content", ID: id, Bytes: cnt.n,
 		Body: cnt.n, Files: &count.files, Refused: count.list(), Ignored: g.Ignored}
 	cn.wmu.Lock()
 	defer cn.wmu.Unlock()
@@ -813,47 +827,82 @@ func (cn *conn) getTree(id json.RawMessage, g *protocol.Get, path string) {
 		cn.lostWriting(err)
 		return
 	}
-	bw := &bodyWriter{cn: cn, left: cnt.n, h: sha256.New()}
-	if _, err := packAs(bw); err != nil || bw.left != 0 || !bytes.Equal(bw.h.Sum(nil), want) {
-		if !bw.failed {
-			cn.log.Warn().Str("path", path).Msg("get: the tree changed while its body was sent; closing the connection")
+	bw := &bodyWriter{cn: cn, left: cnt.n}
+	if cnt.h != nil {
+		bw.h = sha256.New()
+	}
+	_, perr := packAs(bw)
+	if bw.werr != nil {
+		cn.lostWriting(bw.werr)
+		return
+	}
+	short := bw.left
+	if short > 0 {
+		if err := cn.sendZeros(short); err != nil {
+			cn.lostWriting(err)
+			return
 		}
-		cn.lostWriting(nil)
+	}
+	var last any = protocol.Sent{Token: cn.token(), Kind: "sent", ID: id, Ignored: g.Ignored}
+	switch {
+	case perr != nil || short > 0 || bw.h != nil && !bytes.Equal(bw.h.Sum(nil), cnt.h.Sum(nil)):
+		why := "it changed while it was sent"
+		if perr != nil && !errors.Is(perr, errBodyGrew) {
+			why = fmt.Sprintf("packing it again failed: %v", perr)
+		}
+		cn.log.Warn().Str("path", path).Msg("get: the tree changed while its body was sent")
+		last = protocol.ErrorReply{Kind: "error", ID: id, Ignored: g.Ignored, Error: &protocol.Error{Category: protocol.CatFailed,
+			Message: fmt.Sprintf("get: %s: %s; the %d bytes sent are not the tree", path, why, cnt.n)}}
+	case bw.h != nil:
+		last = protocol.Sent{Token: cn.token(), Kind: "sent", ID: id, Sha256: hex.EncodeToString(bw.h.Sum(nil)), Ignored: g.Ignored}
+	}
+	_ = cn.c.SetWriteDeadline(time.Now().Add(cn.srv.cfg.WriteTimeout))
+	if err := protocol.WriteLine(cn.c, last); err != nil {
+		cn.lostWriting(err)
 	}
 }
 
-// countingHash counts and hashes what is written to it.
+// countingHash counts and hashes (with h) what is written to it.
 type countingHash struct {
 	h hash.Hash
 	n int64
 }
 
 func (c *countingHash) Write(p []byte) (int, error) {
-	c.h.Write(p)
+	if c.h != nil {
+		c.h.Write(p)
+	}
 	c.n += int64(len(p))
 	return len(p), nil
 }
 
+// errBodyGrew is a tree packed longer the second time than the first.
+var errBodyGrew = errors.New("the body grew")
+
 // bodyWriter writes at most left bytes of a body to the connection, each
-// write with its own deadline, hashing them.
+// write with its own deadline, hashing them (with h); beyond left it
+// writes nothing more and fails.
 type bodyWriter struct {
-	cn     *conn
-	left   int64
-	h      hash.Hash
-	failed bool // the connection failed
+	cn   *conn
+	left int64
+	h    hash.Hash
+	werr error // the connection's
 }
 
 func (w *bodyWriter) Write(p []byte) (int, error) {
-	if int64(len(p)) > w.left {
-		return 0, errors.New("the body grew")
+	q := p[:min(int64(len(p)), w.left)]
+	if w.h != nil {
+		w.h.Write(q)
 	}
-	w.h.Write(p)
 	_ = w.cn.c.SetWriteDeadline(time.Now().Add(w.cn.srv.cfg.WriteTimeout))
-	if _, err := w.cn.c.Write(p); err != nil {
-		w.failed = true
+	if _, err := w.cn.c.Write(q); err != nil {
+		w.werr = err
 		return 0, err
 	}
-	w.left -= int64(len(p))
+	w.left -= int64(len(q))
+	if len(q) < len(p) {
+		return len(q), errBodyGrew
+	}
 	return len(p), nil
 }
 
@@ -886,7 +935,9 @@ func (w *chunkWriter) flush(more bool) error {
 	if len(w.buf) == 0 {
 		return nil
 	}
-	w.sum.Write(w.buf)
+	if w.sum != nil {
+		w.sum.Write(w.buf)
+	}
 	w.n += int64(len(w.buf))
 	if !w.cn.write(protocol.Content{Token: w.cn.token(), Kind: "content", ID: w.id, Data: w.buf, More: true}) {
 		return errors.New("the connection failed")

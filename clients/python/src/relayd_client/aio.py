@@ -318,17 +318,18 @@ class AsyncClient:
     _upload_lock: Optional[asyncio.Lock] = None  # one put at a time: relayd has one transfer per connection
 
     async def upload_file(self, path: str, data: _files.Source, *, mode: Optional[int] = None, user: Optional[str] = None,
-                          parents: bool = False, timeout: Optional[float] = None) -> FileInfo:
+                          parents: bool = False, timeout: Optional[float] = None, digest: Optional[str] = None) -> FileInfo:
         """As Client.upload_file. Uploads on one AsyncClient wait for each
         other; cancelling one closes the connection (relayd drops its
         temporary file)."""
+        _files.wants_digest(digest)  # a bad value raises before anything is sent
         if self._upload_lock is None:
             self._upload_lock = asyncio.Lock()
         async with self._upload_lock:
             size = _files.body_size(data)
             if size is not None and await self._serves(_files.BODY, timeout):
-                return await self._upload_body(path, data, size, mode, user, parents, timeout)
-            return await self._upload(path, data, mode, user, parents, timeout)
+                return await self._upload_body(path, data, size, mode, user, parents, timeout, digest=digest)
+            return await self._upload(path, data, mode, user, parents, timeout, digest=digest)
 
     _extensions: Optional[FrozenSet[str]] = None  # relayd's, asked once (_serves)
     _write_lock: Optional[asyncio.Lock] = None  # held while a raw body goes out: no line may come between
@@ -347,19 +348,19 @@ class AsyncClient:
 
     async def _upload_body(self, path: str, data: _files.Source, size: int, mode: Optional[int], user: Optional[str],
                            parents: bool, timeout: Optional[float], fmt: Optional[str] = None,
-                           links: Optional[str] = None) -> FileInfo:
+                           links: Optional[str] = None, digest: Optional[str] = None) -> FileInfo:
         """As Client._upload_body: the put's line, then its raw body, with
         no other line between them."""
         writer = self._writer
         if self._lost is not None or writer is None:
             raise ConnectionLostError("this relayd connection is closed")
-        tally = _files.Tally()
+        tally = _files.Tally(_files.wants_digest(digest))
         id = self._next_id
         self._next_id += 1
         call = _wire.Call(id, "stored")
         fut: "asyncio.Future[_wire.Reply]" = asyncio.get_running_loop().create_future()
         self._pending[id] = (call, fut, True)
-        msg = _files.put_body_message(path, size, mode=mode, user=user, parents=parents, fmt=fmt, links=links)
+        msg = _files.put_body_message(path, size, mode=mode, user=user, parents=parents, fmt=fmt, links=links, digest=tally.hashing)
         try:
             async with self._wlock():
                 try:
@@ -385,14 +386,14 @@ class AsyncClient:
                 fut.cancel()
         _wire.warn_ignored(call, "put")
         assert isinstance(r, dict)
-        return _files.stored(r, tally.n, tally.digest.hexdigest())
+        return _files.stored(r, tally.n, tally.hexdigest())
 
     async def _upload(self, path: str, data: _files.Source, mode: Optional[int], user: Optional[str],
-                      parents: bool, timeout: Optional[float]) -> FileInfo:
+                      parents: bool, timeout: Optional[float], digest: Optional[str] = None) -> FileInfo:
         writer = self._writer
         if self._lost is not None or writer is None:
             raise ConnectionLostError("this relayd connection is closed")
-        tally = _files.Tally()
+        tally = _files.Tally(_files.wants_digest(digest))
         id = self._next_id
         self._next_id += 1
         call = _wire.Call(id, "stored")
@@ -430,7 +431,7 @@ class AsyncClient:
             raise
         _wire.warn_ignored(call, "put")
         assert isinstance(r, dict)
-        return _files.stored(r, tally.n, tally.digest.hexdigest())
+        return _files.stored(r, tally.n, tally.hexdigest())
 
     async def upload_dir(self, local_dir: str, remote_dir: str, *, user: Optional[str] = None,
                          timeout: Optional[float] = None, links: Optional[str] = None) -> None:
@@ -446,31 +447,42 @@ class AsyncClient:
         written through one."""
         await _dirs.download_dir_async(self, remote_dir, local_dir, user=user, timeout=timeout, links=links)
 
-    async def download_file(self, path: str, *, user: Optional[str] = None, timeout: Optional[float] = None) -> bytes:
+    async def download_file(self, path: str, *, user: Optional[str] = None, timeout: Optional[float] = None,
+                            digest: Optional[str] = None) -> bytes:
         """As Client.download_file."""
         buf = io.BytesIO()
-        await self.download_file_to(path, buf, user=user, timeout=timeout)
+        await self.download_file_to(path, buf, user=user, timeout=timeout, digest=digest)
         return buf.getvalue()
 
     async def download_file_to(self, path: str, out: IO[bytes], *, user: Optional[str] = None,
-                               timeout: Optional[float] = None) -> FileInfo:
+                               timeout: Optional[float] = None, digest: Optional[str] = None) -> FileInfo:
         """As Client.download_file_to: ``out`` is written by the reader as
-        the chunks arrive."""
-        return await self._download(path, out, user, timeout)
+        the bytes arrive."""
+        return await self._download(path, out, user, timeout, digest=digest)
+
+    async def download_file_as(self, path: str, local_path: str, *, user: Optional[str] = None,
+                               timeout: Optional[float] = None, digest: Optional[str] = None) -> FileInfo:
+        """As Client.download_file_as: renamed into place only once the
+        transfer checked out; a failed one leaves what was there."""
+        with _files.local_replacement(local_path) as f:
+            return await self.download_file_to(path, f, user=user, timeout=timeout, digest=digest)
 
     async def _download(self, path: str, out: IO[bytes], user: Optional[str], timeout: Optional[float],
-                        fmt: Optional[str] = None) -> FileInfo:
+                        fmt: Optional[str] = None, digest: Optional[str] = None) -> FileInfo:
         """download_file_to, or with fmt "tar" the directory path packed by relayd."""
+        hashing = _files.wants_digest(digest)
         msg: Dict[str, Any] = {"kind": "get", "path": path}
         if user is not None:
             msg["user"] = user
+        if not hashing:
+            msg["digest"] = _files.NONE
         if fmt is not None:
             msg["format"] = fmt  # in chunks: packed once, a tree changing meanwhile is relayd's error, not a cut body
         elif await self._serves(_files.BODY, timeout):
             msg["body"] = True  # the reader takes the raw body (_read_loop)
         id = self._next_id
         self._next_id += 1
-        call = _files.ContentCall(id, out)
+        call = _files.ContentCall(id, out, hashing, reader_first=True)
         try:
             r = await self._exchange(_wire.encode({"token": self._token, **msg, "id": id}), call, timeout)
         except ProtocolError:

@@ -374,20 +374,22 @@ class Client:
         return r
 
     def upload_file(self, path: str, data: _files.Source, *, mode: Optional[int] = None, user: Optional[str] = None,
-                    parents: bool = False, timeout: Optional[float] = None) -> FileInfo:
+                    parents: bool = False, timeout: Optional[float] = None, digest: Optional[str] = None) -> FileInfo:
         """Store ``data`` (bytes, or a binary file object read in chunks) at
         ``path`` on relayd's side (relative to its workspace), atomically:
         a reader there sees the old file or the whole new one (protocol
         4.6). ``mode`` (e.g. 0o755; default 0o644), ``user`` (write with that
         user's rights, the new file is its; default relayd's
         --subject-user), ``parents`` (make missing directories). relayd's
-        sha256 is checked against the bytes sent. NotFoundError for a
+        sha256 is checked against the bytes sent; ``digest="none"``: no
+        digest on either side, for a transport that checks its bytes
+        itself (protocol 4.6, "Bulk bodies"). NotFoundError for a
         missing parent, BadRequestError for a directory, a symbolic link
         relayd does not follow, a bad mode, a file over --max-file-bytes."""
-        tally = _files.Tally()
+        tally = _files.Tally(_files.wants_digest(digest))
         size = _files.body_size(data)
         if size is not None and self._serves(_files.BODY, timeout):
-            return self._upload_body(path, data, size, mode, user, parents, timeout)
+            return self._upload_body(path, data, size, mode, user, parents, timeout, digest=digest)
         with self._lock:
             id = self._next_id
             self._next_id += 1
@@ -407,7 +409,7 @@ class Client:
                 raise self._put_failed(call, e)
         _wire.warn_ignored(call, "put")
         assert isinstance(r, dict)
-        return _files.stored(r, tally.n, tally.digest.hexdigest())
+        return _files.stored(r, tally.n, tally.hexdigest())
 
     def _put_failed(self, call: _wire.Call, e: BaseException) -> BaseException:
         """What a put that failed while sending raises: a refusal as it
@@ -433,16 +435,16 @@ class Client:
 
     def _upload_body(self, path: str, data: _files.Source, size: int, mode: Optional[int], user: Optional[str],
                      parents: bool, timeout: Optional[float], fmt: Optional[str] = None,
-                     links: Optional[str] = None) -> FileInfo:
+                     links: Optional[str] = None, digest: Optional[str] = None) -> FileInfo:
         """A put of one raw body (protocol 4.6, "Bulk bodies"): its line,
         then the size bytes, sent whole even when relayd refuses the put
         (it reads and drops them, and the stream stays in step)."""
-        tally = _files.Tally()
+        tally = _files.Tally(_files.wants_digest(digest))
         with self._lock:
             id = self._next_id
             self._next_id += 1
             call = _wire.Call(id, "stored")
-            msg = _files.put_body_message(path, size, mode=mode, user=user, parents=parents, fmt=fmt, links=links)
+            msg = _files.put_body_message(path, size, mode=mode, user=user, parents=parents, fmt=fmt, links=links, digest=tally.hashing)
             try:
                 self._send(_wire.encode({"token": self._token, **msg, "id": id}))
                 for b in _files.body_pieces(data, size, tally):
@@ -452,7 +454,7 @@ class Client:
                 raise self._put_failed(call, e)
         _wire.warn_ignored(call, "put")
         assert isinstance(r, dict)
-        return _files.stored(r, tally.n, tally.digest.hexdigest())
+        return _files.stored(r, tally.n, tally.hexdigest())
 
     def _read_body(self, n: int, call: _files.ContentCall, deadline: Optional[float]) -> None:
         """Hands the n raw bytes that follow a content line to call."""
@@ -510,31 +512,46 @@ class Client:
         kept as it is, whatever its target, as docker cp keeps it."""
         _dirs.download_dir(self, remote_dir, local_dir, user=user, timeout=timeout, links=links)
 
-    def download_file(self, path: str, *, user: Optional[str] = None, timeout: Optional[float] = None) -> bytes:
+    def download_file(self, path: str, *, user: Optional[str] = None, timeout: Optional[float] = None,
+                      digest: Optional[str] = None) -> bytes:
         """The bytes of the file at ``path`` on relayd's side (relative to
-        its workspace), checked against relayd's sha256 (protocol 4.6).
-        ``user`` reads it with that user's rights (default relayd's
-        --subject-user). For a large file, use
-        download_file_to, which holds one chunk at a time."""
+        its workspace), checked against relayd's sha256 (protocol 4.6;
+        ``digest="none"``: no digest on either side). ``user`` reads it
+        with that user's rights (default relayd's --subject-user).
+        FailedError when the file changed while relayd sent it. For a
+        large file, use download_file_to, which holds one chunk at a
+        time, or download_file_as."""
         buf = io.BytesIO()
-        self.download_file_to(path, buf, user=user, timeout=timeout)
+        self.download_file_to(path, buf, user=user, timeout=timeout, digest=digest)
         return buf.getvalue()
 
     def download_file_to(self, path: str, out: IO[bytes], *, user: Optional[str] = None,
-                         timeout: Optional[float] = None) -> FileInfo:
+                         timeout: Optional[float] = None, digest: Optional[str] = None) -> FileInfo:
         """Write the file at ``path`` on relayd's side to the binary file
-        object ``out`` as its chunks arrive, and check relayd's sha256 of
-        it; on an error part of the file may have been written.
+        object ``out`` as its bytes arrive, and check relayd's sha256 of
+        them (``digest="none"``: none on either side); on an error part of
+        the file may have been written (download_file_as leaves nothing).
         ``timeout`` (seconds) bounds the whole transfer; by default there
         is none (TCP keepalive notices a relayd that vanished)."""
-        return self._download(path, out, user, timeout)
+        return self._download(path, out, user, timeout, digest=digest)
+
+    def download_file_as(self, path: str, local_path: str, *, user: Optional[str] = None,
+                         timeout: Optional[float] = None, digest: Optional[str] = None) -> FileInfo:
+        """Copy the file at ``path`` on relayd's side to ``local_path``: written
+        to a temporary file beside it and renamed into place only once the
+        transfer checked out, so that a failed one leaves what was there."""
+        with _files.local_replacement(local_path) as f:
+            return self.download_file_to(path, f, user=user, timeout=timeout, digest=digest)
 
     def _download(self, path: str, out: IO[bytes], user: Optional[str], timeout: Optional[float],
-                  fmt: Optional[str] = None) -> FileInfo:
+                  fmt: Optional[str] = None, digest: Optional[str] = None) -> FileInfo:
         """download_file_to, or with fmt "tar" the directory path packed by relayd."""
+        hashing = _files.wants_digest(digest)
         msg: Dict[str, Any] = {"kind": "get", "path": path}
         if user is not None:
             msg["user"] = user
+        if not hashing:
+            msg["digest"] = _files.NONE
         if fmt is not None:
             msg["format"] = fmt  # in chunks: packed once, a tree changing meanwhile is relayd's error, not a cut body
         elif self._serves(_files.BODY, timeout):
@@ -542,12 +559,14 @@ class Client:
         with self._lock:
             id = self._next_id
             self._next_id += 1
-            call = _files.ContentCall(id, out)
+            call = _files.ContentCall(id, out, hashing)
             try:
                 deadline = None if timeout is None else time.monotonic() + timeout
                 r = self._exchange(_wire.encode({"token": self._token, **msg, "id": id}), call, timeout)
                 if isinstance(r, dict) and isinstance(r.get("body"), int):
                     self._read_body(int(r["body"]), call, deadline)
+                    if call.trailer_due():  # sent (or relayd's error) follows the bytes
+                        r = self._exchange(b"", call, None if deadline is None else max(0.0, deadline - time.monotonic()))
             except ProtocolError:
                 _wire.warn_ignored(call, "get")
                 raise

@@ -98,6 +98,14 @@ class NotFoundError(ProtocolError):
     category = "not-found"
 
 
+class FailedError(ProtocolError):
+    """``failed``: a file changed while relayd sent its body (protocol 4.6,
+    "Bulk bodies"); the bytes received are not the file. The connection
+    serves on."""
+
+    category = "failed"
+
+
 CATEGORIES: Dict[str, Type[ProtocolError]] = {
     cls.category: cls
     for cls in (
@@ -109,6 +117,7 @@ CATEGORIES: Dict[str, Type[ProtocolError]] = {
         BusyError,
         ShuttingDownError,
         NotFoundError,
+        FailedError,
     )
 }
 

@@ -100,6 +100,7 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
+from . import _files
 from ._wire import KeepEntry
 from .client import Client
 from .errors import BadRequestError, ConnectionLostError, RelaydError, ReplyTimeoutError
@@ -366,7 +367,10 @@ class RelaydEnvironmentMixin:
         target = Path(target_path)
 
         def get(c: Client) -> None:
-            with open(target, "wb") as f:
+            # Into a temporary file beside target, renamed over it once relayd's
+            # digest (or its failed: the file changed while sent) was read:
+            # nothing half-written left behind, and what was there stays.
+            with _files.local_replacement(str(target)) as f:
                 c.download_file_to(source_path, f, user=user)
                 # The file's mode, as docker cp gives it (not the host's umask).
                 x = c.execute("stat", ["-L", "-c", "%a", "--", source_path], cwd="/", user=user, capture_stderr=True)
@@ -374,11 +378,7 @@ class RelaydEnvironmentMixin:
                     os.fchmod(f.fileno(), int(x.stdout.strip(), 8) & 0o7777)
 
         target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            await self._relayd_transfer("download_file", source_path, target_path, get)
-        except BaseException:
-            target.unlink(missing_ok=True)  # nothing half-written, or empty, left behind
-            raise
+        await self._relayd_transfer("download_file", source_path, target_path, get)
 
     async def upload_dir(self, source_dir: Union[Path, str], target_dir: str) -> None:
         if PurePosixPath(target_dir) == PurePosixPath(TESTS_DIR):
