@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	relayd "github.com/relayd/relayd/client"
 	"github.com/relayd/relayd/internal/testharness"
 )
 
@@ -645,4 +648,59 @@ func TestMarkMemoryBound(t *testing.T) {
 	}
 	_ = time.Second
 	d.stopClean()
+}
+
+// The Go client's Recycle: one call settles every survivor and restores
+// every kept subtree; Changes is then empty and nothing of the agent
+// runs. Mark, Changes, Restore, Unmark through the client too.
+func TestMarkRecycleGoClient(t *testing.T) {
+	eachScope(t, func(t *testing.T, mech string) {
+		d := startRelayd(t, opts{scope: mech})
+		c := d.goClient()
+		ctx := context.Background()
+		root := markTree(t)
+		os.Chmod(root, 0o777)
+		app := filepath.Join(root, "app")
+		writeFile(t, filepath.Join(app, "main.py"), "print(1)\n", 0o666)
+		os.Chmod(app, 0o777)
+		m, err := c.Mark(ctx, "clean", relayd.MarkOptions{Paths: []string{root}, Keep: []string{app}})
+		if err != nil || m.Entries != 3 {
+			t.Fatalf("Mark: %+v, %v; want 3 entries", m, err)
+		}
+		pidf := filepath.Join(root, "left.pid")
+		d.pidFiles = append(d.pidFiles, pidf)
+		for i := range 3 {
+			ex, err := c.Execute(ctx, relayd.Request{Command: "/bin/sh", User: "nobody", Cwd: "/",
+				Args: []string{"-c", fmt.Sprintf("printf 'print(%d)\\n' > %s; touch %s/junk%d; (sleep 1000 & echo $! >> %s)", i, q(app+"/main.py"), q(app), i, q(pidf))}})
+			if err != nil || ex.ExitCode != 0 {
+				t.Fatalf("Execute: %+v, %v", ex, err)
+			}
+		}
+		ch, err := c.Changes(ctx, "clean", app)
+		if err != nil || len(ch.Added) != 3 || len(ch.Modified) != 1 || ch.Modified[0].What[0] != "content" {
+			t.Fatalf("Changes: %+v, %v", ch, err)
+		}
+		r, err := c.Recycle(ctx, "clean", relayd.VerifyOptions{})
+		if err != nil || !r.Verified.Quiescent || len(r.Verified.Settled) != 3 || r.Restored.Removed != 3 || r.Restored.Written != 1 {
+			t.Fatalf("Recycle: %+v, %v; want quiescent, 3 settled, 3 removed, 1 written", r, err)
+		}
+		for _, pid := range readPids(pidf) {
+			if alive(pid) {
+				t.Errorf("pid %d lives after Recycle", pid)
+			}
+		}
+		if ch, err := c.Changes(ctx, "clean", app); err != nil || !ch.Empty() {
+			t.Fatalf("Changes after Recycle: %+v, %v", ch, err)
+		}
+		if _, err := c.Restore(ctx, "clean", "/etc"); !errors.Is(err, relayd.ErrBadRequest) {
+			t.Errorf("Restore of /etc: %v; want ErrBadRequest", err)
+		}
+		if err := c.Unmark(ctx, "clean"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Changes(ctx, "clean"); !errors.Is(err, relayd.ErrNotFound) {
+			t.Errorf("Changes after Unmark: %v; want ErrNotFound", err)
+		}
+		d.stopClean()
+	})
 }
