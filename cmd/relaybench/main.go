@@ -36,12 +36,11 @@ import (
 
 // sectionNames are the parts of the run, in the order they run; --only
 // picks some of them.
-var sectionNames = []string{"roundtrip", "ssh", "throughput", "settle", "output", "footprint", "docker", "compare", "fleet", "transfer", "marks"}
+var sectionNames = []string{"roundtrip", "ssh", "throughput", "settle", "output", "footprint", "docker", "compare", "fleet", "transfer"}
 
 // optIn are the sections only --only runs: fleet starts thousands of
-// relayds, transfer moves gigabytes through a container, marks writes
-// a tree of 20,000 files and one of 100,000.
-var optIn = []string{"fleet", "transfer", "marks"}
+// relayds, transfer moves gigabytes through a container.
+var optIn = []string{"fleet", "transfer"}
 
 // config is the parsed command line.
 type config struct {
@@ -123,9 +122,6 @@ func run(args []string) error {
 	}
 	if cfg.only["transfer"] {
 		b.transfer()
-	}
-	if cfg.only["marks"] {
-		b.marks() // marks.go
 	}
 	rep.finish(began)
 	fmt.Print(rep.table())
