@@ -3,7 +3,9 @@ package session
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -187,20 +189,25 @@ func parseListening(r io.Reader, into map[uint64]int) {
 }
 
 // socketInodes returns the inodes of the sockets among the first max
-// descriptors of pid (links "socket:[N]" in /proc/PID/fd); none when they
-// cannot be read (another user's process, when relayd is not root).
-func socketInodes(pid, max int) []uint64 {
+// descriptors of pid (links "socket:[N]" in /proc/PID/fd), with the error
+// that kept the directory or a link from being read: fs.ErrPermission for
+// another user's process without CAP_SYS_PTRACE (see portsDenied).
+func socketInodes(pid, max int) ([]uint64, error) {
 	dir := "/proc/" + strconv.Itoa(pid) + "/fd/"
 	d, err := os.Open(dir)
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	defer d.Close()
 	names, _ := d.Readdirnames(max)
 	var out []uint64
+	var denied error
 	for _, n := range names {
 		link, err := os.Readlink(dir + n)
 		if err != nil {
+			if errors.Is(err, fs.ErrPermission) {
+				denied = err
+			}
 			continue
 		}
 		if num, ok := strings.CutPrefix(link, "socket:["); ok {
@@ -209,5 +216,44 @@ func socketInodes(pid, max int) []uint64 {
 			}
 		}
 	}
-	return out
+	return out, denied
+}
+
+// readIDs returns the uid and gid that pid's real, effective and saved
+// ids all are (the Uid and Gid lines of /proc/PID/status): the fsuid and
+// fsgid that may read its /proc/PID/fd without CAP_SYS_PTRACE. false when
+// they differ, or the process is gone.
+func readIDs(pid int) (uid, gid uint32, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, 0, false
+	}
+	return parseIDs(b)
+}
+
+func parseIDs(status []byte) (uid, gid uint32, ok bool) {
+	var got int
+	for _, line := range bytes.Split(status, []byte{'\n'}) {
+		for _, key := range []string{"Uid:", "Gid:"} {
+			rest, found := bytes.CutPrefix(line, []byte(key))
+			if !found {
+				continue
+			}
+			f := bytes.Fields(rest)
+			if len(f) < 3 {
+				return 0, 0, false
+			}
+			id, err := strconv.ParseUint(string(f[0]), 10, 32)
+			if err != nil || !bytes.Equal(f[1], f[0]) || !bytes.Equal(f[2], f[0]) {
+				return 0, 0, false
+			}
+			if key == "Uid:" {
+				uid = uint32(id)
+			} else {
+				gid = uint32(id)
+			}
+			got++
+		}
+	}
+	return uid, gid, got == 2
 }

@@ -114,3 +114,25 @@ func TestDescribeZombie(t *testing.T) {
 		t.Fatalf("zombie survivor %+v; want argvUnavailable, argv [python3] (its comm), uid %d", s, os.Getuid())
 	}
 }
+
+// parseIDs takes the uid and gid only when real, effective and saved agree
+// (what ptrace's fsuid check compares, portsDenied's thread takes).
+func TestParseIDs(t *testing.T) {
+	for _, c := range []struct {
+		status   string
+		uid, gid uint32
+		ok       bool
+	}{
+		{"Name:\tx\nUid:\t65534\t65534\t65534\t65534\nGid:\t65534\t65534\t65534\t65534\n", 65534, 65534, true},
+		{"Uid:\t1000\t1000\t1000\t0\nGid:\t100\t100\t100\t0\n", 1000, 100, true},
+		{"Uid:\t1000\t0\t1000\t0\nGid:\t100\t100\t100\t100\n", 0, 0, false},
+		{"Uid:\t1000\t1000\t1000\t1000\nGid:\t100\t5\t100\t100\n", 0, 0, false},
+		{"Uid:\t1000\t1000\t1000\t1000\n", 0, 0, false},
+		{"Uid:\tx\tx\tx\tx\nGid:\t1\t1\t1\t1\n", 0, 0, false},
+	} {
+		uid, gid, ok := parseIDs([]byte(c.status))
+		if ok != c.ok || (ok && (uid != c.uid || gid != c.gid)) {
+			t.Errorf("parseIDs(%q) = %d, %d, %v; want %d, %d, %v", c.status, uid, gid, ok, c.uid, c.gid, c.ok)
+		}
+	}
+}

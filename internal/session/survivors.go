@@ -1,7 +1,10 @@
 package session
 
 import (
+	"errors"
+	"io/fs"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/relayd/relayd/internal/exec"
@@ -54,6 +57,7 @@ func describe(members []exec.Member, subject int) (list []protocol.Survivor, omi
 		}
 		list = append(list, s)
 	}
+	sv.portsDenied(list)
 	for round := 0; round < argvRetries && len(again) > 0; round++ {
 		time.Sleep(argvRetryWait)
 		still := again[:0]
@@ -95,9 +99,11 @@ func (sv *survey) describeOne(pid int) (s protocol.Survivor, retry bool) {
 }
 
 // survey is what one describe reads once for all survivors: the
-// listening TCP sockets of relayd's network namespace.
+// listening TCP sockets of relayd's network namespace, and the survivors
+// whose descriptors relayd's own rights could not read.
 type survey struct {
 	listening map[uint64]int // socket inode → local port, LISTEN rows only
+	denied    []int          // pids whose /proc/PID/fd refused relayd's own rights
 }
 
 func newSurvey() *survey {
@@ -107,14 +113,71 @@ func newSurvey() *survey {
 }
 
 // ports returns the local ports of the listening sockets among pid's
-// descriptors, ascending, each once.
+// descriptors, ascending, each once. A process whose descriptors relayd
+// may not read with its own rights is noted for portsDenied.
 func (sv *survey) ports(pid int) []int {
+	inodes, err := socketInodes(pid, maxDescriptors)
+	if errors.Is(err, fs.ErrPermission) {
+		sv.denied = append(sv.denied, pid)
+	}
+	return sv.portsOf(inodes)
+}
+
+func (sv *survey) portsOf(inodes []uint64) []int {
 	ports := []int{}
-	for _, ino := range socketInodes(pid, maxDescriptors) {
+	for _, ino := range inodes {
 		if p, ok := sv.listening[ino]; ok {
 			ports = append(ports, p)
 		}
 	}
 	slices.Sort(ports)
 	return slices.Compact(ports)
+}
+
+// portsDenied fills in the listens of the survivors whose descriptors
+// relayd's own rights could not read. /proc/PID/fd of another user's
+// process needs CAP_SYS_PTRACE, which Docker does not grant, even to
+// root; the kernel checks it with the reader's fsuid and fsgid (ptrace's
+// PTRACE_MODE_READ_FSCREDS). So they are read again as their own user:
+// on a locked thread of its own whose fsuid and fsgid are the process's
+// uid and gid (asUser; the thread dies with its goroutine), one thread
+// per user among them. A process whose real, effective and saved ids
+// differ (a set-user-ID program) matches no single fsuid and keeps [].
+func (sv *survey) portsDenied(list []protocol.Survivor) {
+	if len(sv.denied) == 0 {
+		return
+	}
+	at := make(map[int]int, len(sv.denied)) // pid → index in list
+	for i := range list {
+		at[list[i].PID] = i
+	}
+	byUser := map[[2]uint32][]int{}
+	var users [][2]uint32
+	for _, pid := range sv.denied {
+		uid, gid, ok := readIDs(pid)
+		if !ok {
+			continue
+		}
+		k := [2]uint32{uid, gid}
+		if _, seen := byUser[k]; !seen {
+			users = append(users, k)
+		}
+		byUser[k] = append(byUser[k], pid)
+	}
+	for _, k := range users {
+		pids := byUser[k]
+		inodes := make([][]uint64, len(pids))
+		err := asUser(&syscall.Credential{Uid: k[0], Gid: k[1]}, func() error {
+			for i, pid := range pids {
+				inodes[i], _ = socketInodes(pid, maxDescriptors)
+			}
+			return nil
+		})
+		if err != nil {
+			continue // relayd cannot take that fsuid (it is not root): those keep []
+		}
+		for i, pid := range pids {
+			list[at[pid]].Listens = sv.portsOf(inodes[i])
+		}
+	}
 }

@@ -68,19 +68,24 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import inspect
+import logging
 import os
+import posixpath
 import shlex
+import stat
 import subprocess
 import tempfile
 from pathlib import Path, PurePosixPath
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ._wire import KeepEntry
 from .client import Client
-from .errors import ConnectionLostError, ReplyTimeoutError
+from .errors import BadRequestError, ConnectionLostError, RelaydError, ReplyTimeoutError
 from .results import Executed, Survivor, Verified
 
-__all__ = ["RelaydDockerEnvironment", "RelaydEnvironmentMixin", "COMPOSE_OVERLAY", "TESTS_DIR"]
+__all__ = ["RelaydDockerEnvironment", "RelaydEnvironmentMixin", "RelaydTransferError", "COMPOSE_OVERLAY",
+           "TESTS_DIR", "BOUNDARY_LISTENERS", "BOUNDARY_ALL", "BOUNDARY_NONE"]
 
 #: The compose file that puts relayd into the task's main service.
 COMPOSE_OVERLAY = Path(__file__).with_name("harbor-relayd.yaml")
@@ -93,10 +98,46 @@ TESTS_DIR = "/tests"
 # pipe, in the order written.
 _MERGED = ["-c", 'exec bash -c "$1" 2>&1', "bash"]
 
+#: relayd_boundary_before_tests: keep what listens on a TCP port (with its
+#: subtree) and the task's keep_ports, settle the rest (the default); settle
+#: everything but keep_ports; draw no boundary (Harbor's own behaviour).
+BOUNDARY_LISTENERS, BOUNDARY_ALL, BOUNDARY_NONE = "listeners", "all", "none"
+
+# What docker compose exec prints (through runc, exit 126) where relayd has
+# no output to give: a cwd that is no directory, a user the container's
+# passwd lacks. Harbor reads it as the command's output.
+_RUNC = "OCI runtime exec failed: exec failed: unable to start container process: "
+_RUNC_CWD = _RUNC + 'chdir to cwd ("{cwd}") set in config.json failed: no such file or directory: unknown\n'
+_RUNC_USER = _RUNC + "unable to find user {user}: no matching entries in passwd file: unknown\n"
+
+# upload_file's target as docker cp resolves it (its client's copyToContainer):
+# a symbolic link there is read once (a relative one from its directory), and
+# a directory (not through a further link) gets the source's name inside it.
+_CP_TARGET = (
+    't=$1; if [ -L "$t" ]; then l=$(readlink -- "$t") || exit 1; '
+    'case $l in /*) t=$l;; *) t=$(dirname -- "$t")/$l;; esac; fi; '
+    'if [ -d "$t" ] && [ ! -L "$t" ]; then t=${t%/}/$2; fi; printf "%s" "$t"'
+)
+# The modes of a downloaded tree, as docker cp keeps them: octal mode, then
+# the path below the directory, NUL-ended; symbolic links left out.
+_MODES = 'cd -- "$1" && find . -mindepth 1 ! -type l -printf "%m %P\\0"'
+
+# Trees keep their symbolic links, as docker cp does (protocol 4.6, Trees,
+# "links":"keep"), once the client's upload_dir/download_dir take links=.
+_LINKS_KEEP: Dict[str, Any] = (
+    {"links": "keep"} if "links" in inspect.signature(Client.download_dir).parameters else {})
+
 _MISSING = (
     "relayd_client.harbor needs Harbor (the harbor package: pip install harbor), "
     "which is not installed here; relayd_client itself needs no framework"
 )
+
+
+class RelaydTransferError(RuntimeError, RelaydError):
+    """A failed upload or download: a RuntimeError, as Harbor's docker
+    compose cp failure is (what a harness's ``except RuntimeError``
+    catches), and a RelaydError; ``__cause__`` is relayd's own error (or
+    the local OSError)."""
 
 
 class RelaydEnvironmentMixin:
@@ -111,6 +152,7 @@ class RelaydEnvironmentMixin:
         relayd_bridge: Union[str, Sequence[str], None] = None,
         relayd_image: Optional[str] = None,
         relayd_boundary_before_tests: Union[bool, str] = True,
+        relayd_keep_ports: Union[str, Sequence[int], None] = None,
         relayd_merge_stderr: Union[bool, str] = True,
         **kwargs: Any,
     ) -> None:
@@ -127,7 +169,10 @@ class RelaydEnvironmentMixin:
             shlex.split(relayd_bridge) if isinstance(relayd_bridge, str) else
             None if relayd_bridge is None else list(relayd_bridge))
         self._relayd_image = relayd_image or os.environ.get("RELAYD_IMAGE") or "relayd:dev"
-        self._relayd_boundary_before_tests = _flag(relayd_boundary_before_tests)
+        self._relayd_boundary_before_tests = _boundary_mode(relayd_boundary_before_tests)
+        self._relayd_keep_ports: Tuple[int, ...] = _ports(relayd_keep_ports)
+        #: What the last trial boundary did (relayd's Verified: ``settled``, and the kept ``survivors``).
+        self.relayd_last_boundary: Optional[Verified] = None
         self._relayd_merge_stderr = _flag(relayd_merge_stderr)
         # Whether a command ran since the last trial boundary (one is due before a verifier), and what an
         # explicit end_agent_phase kept (kept again at the boundary before the verifier that follows).
@@ -238,50 +283,123 @@ class RelaydEnvironmentMixin:
         timeout_ms = None if not timeout_sec else max(1, int(round(float(timeout_sec) * 1000)))
         args = _MERGED + [command] if self._relayd_merge_stderr else ["-c", command]
         self._relayd_ran = True
-        r: Executed = await self._relayd_call(
-            Client.execute, "bash", args, environment=env, cwd=cwd, timeout_ms=timeout_ms,
-            capture_stderr=not self._relayd_merge_stderr, user=None if user is None else str(user))
+        ExecResult = _harbor("harbor.environments.base").ExecResult
+        try:
+            r: Executed = await self._relayd_call(
+                Client.execute, "bash", args, environment=env, cwd=cwd, timeout_ms=timeout_ms,
+                capture_stderr=not self._relayd_merge_stderr, user=None if user is None else str(user))
+        except BadRequestError as e:
+            if user is None or not _unknown_user(str(e), str(user)):
+                raise
+            # docker exec -u with a user the container lacks: exit 126 and runc's message.
+            return self._relayd_result(ExecResult, _RUNC_USER.format(user=user), 126)
         if timeout_ms is not None and r.termination == "framework_timeout" \
                 and (r.duration_ms is None or r.duration_ms >= timeout_ms):
             # Harbor's Docker exec (_run_docker_compose_command) raises this past timeout_sec; a command
             # ended sooner by a trial boundary keeps its exit 124.
             raise RuntimeError(f"Command timed out after {timeout_sec} seconds")
-        return _harbor("harbor.environments.base").ExecResult(
-            stdout=r.stdout or None, stderr=None if self._relayd_merge_stderr else r.stderr or None,
-            return_code=r.exit_code)
+        if r.stdout_truncated or r.stderr_truncated:
+            # Harbor returns all a command wrote; relayd returns at most its --max-stdout-bytes
+            # (harbor-relayd.yaml raises it to 16 MiB). Never a silent cut.
+            raise RuntimeError(f"Command output exceeded relayd's --max-stdout-bytes/--max-stderr-bytes "
+                               f"(it returned {len((r.stdout or '').encode())} bytes of stdout): not returned cut; "
+                               "raise relayd's limit or write the output to a file and download it")
+        if r.exit_code == 126 and not r.stdout and cwd and (r.detail or "").startswith("cwd "):
+            # docker exec -w with a cwd that is no directory: exit 126 and runc's message.
+            return self._relayd_result(ExecResult, _RUNC_CWD.format(cwd=cwd), 126)
+        return ExecResult(stdout=r.stdout or None, stderr=None if self._relayd_merge_stderr else r.stderr or None,
+                          return_code=r.exit_code)
+
+    def _relayd_result(self, ExecResult: Any, message: str, code: int) -> Any:
+        """A result whose output is the container runtime's message: in
+        stdout when stderr is merged into it (as Harbor's), else in stderr."""
+        if self._relayd_merge_stderr:
+            return ExecResult(stdout=message, stderr=None, return_code=code)
+        return ExecResult(stdout=None, stderr=message, return_code=code)
 
     async def upload_file(self, source_path: Union[Path, str], target_path: str) -> None:
-        with open(source_path, "rb") as f:
-            mode = os.fstat(f.fileno()).st_mode & 0o7777
-            await self._relayd_call(Client.upload_file, target_path, f, mode=mode, parents=True, timeout=None)
+        """docker cp's: onto a directory, into it under the source's name;
+        onto a symbolic link, through it (read once, as docker's client
+        does); with relayd's rights, as the daemon's."""
+        user = await self._relayd_upload_user()
+
+        def put(c: Client) -> None:
+            with open(source_path, "rb") as f:
+                mode = os.fstat(f.fileno()).st_mode & 0o7777
+                try:
+                    c.upload_file(target_path, f, mode=mode, user=user, parents=True, timeout=None)
+                    return
+                except BadRequestError:  # a directory or a link there (relayd neither follows nor replaces one)?
+                    x = c.execute("sh", ["-c", _CP_TARGET, "sh", target_path, os.path.basename(source_path)],
+                                  cwd="/", user=user, capture_stderr=True)
+                    target = posixpath.normpath(x.stdout) if x.exit_code == 0 and x.stdout else target_path
+                    if target == posixpath.normpath(target_path):
+                        raise
+                f.seek(0)
+                c.upload_file(target, f, mode=mode, user=user, parents=True, timeout=None)
+
+        await self._relayd_transfer("upload_file", source_path, target_path, put)
 
     async def download_file(self, source_path: str, target_path: Union[Path, str]) -> None:
         user = await self._relayd_file_user()
         target = Path(target_path)
+
+        def get(c: Client) -> None:
+            with open(target, "wb") as f:
+                c.download_file_to(source_path, f, user=user)
+                # The file's mode, as docker cp gives it (not the host's umask).
+                x = c.execute("stat", ["-L", "-c", "%a", "--", source_path], cwd="/", user=user, capture_stderr=True)
+                if x.exit_code == 0 and x.stdout.strip().isdigit():
+                    os.fchmod(f.fileno(), int(x.stdout.strip(), 8) & 0o7777)
+
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            with open(target, "wb") as f:
-                await self._relayd_call(Client.download_file_to, source_path, f, user=user)
+            await self._relayd_transfer("download_file", source_path, target_path, get)
         except BaseException:
             target.unlink(missing_ok=True)  # nothing half-written, or empty, left behind
             raise
 
     async def upload_dir(self, source_dir: Union[Path, str], target_dir: str) -> None:
-        if self._relayd_boundary_before_tests and PurePosixPath(target_dir) == PurePosixPath(TESTS_DIR) \
-                and self._relayd_ran:
-            # A verifier begins (its first upload of tests since a command ran): the boundary, keeping
-            # what an explicit end_agent_phase kept. A second upload of the same verifier finds none due.
-            await self.end_agent_phase(self._relayd_kept)
         if PurePosixPath(target_dir) == PurePosixPath(TESTS_DIR):
+            if self._relayd_boundary_before_tests != BOUNDARY_NONE and self._relayd_ran:
+                # A verifier begins (its first upload of tests since a command ran): the boundary, keeping
+                # what an explicit end_agent_phase kept. A second upload of the same verifier finds none due.
+                await self._relayd_boundary(self._relayd_kept, self._relayd_keep_ports,
+                                            self._relayd_boundary_before_tests == BOUNDARY_LISTENERS, "before the tests")
             self._relayd_kept = ()  # kept for this verifier only
         # With relayd's own rights throughout (the put and the mkdir and tar around it), as upload_file.
-        subject, own = await self._relayd_uids_asked()
-        user = None if subject == own else own
-        await self._relayd_call(Client.upload_dir, str(source_dir), target_dir, user=user, timeout=None)
+        user = await self._relayd_upload_user()
+        await self._relayd_transfer("upload_dir", source_dir, target_dir, lambda c: Client.upload_dir(
+            c, str(source_dir), target_dir, user=user, timeout=None, **_LINKS_KEEP))
 
     async def download_dir(self, source_dir: str, target_dir: Union[Path, str]) -> None:
         user = await self._relayd_file_user()
-        await self._relayd_call(Client.download_dir, source_dir, str(target_dir), user=user, timeout=None)
+
+        def get(c: Client) -> None:
+            Client.download_dir(c, source_dir, str(target_dir), user=user, timeout=None, **_LINKS_KEEP)
+            # Modes as docker cp keeps them (the host's extraction leaves out group and others' write bits,
+            # and gives directories its own): what the container has, never through a link on either side.
+            x = c.execute("sh", ["-c", _MODES, "sh", source_dir], cwd="/", user=user, capture_stderr=True)
+            if x.exit_code == 0:
+                _chmod_tree(str(target_dir), x.stdout)
+
+        await self._relayd_transfer("download_dir", source_dir, target_dir, get)
+
+    async def _relayd_transfer(self, what: str, source: Any, target: Any, fn: Callable[[Client], None]) -> None:
+        """fn on a connection of its own; relayd's errors and local OSErrors
+        raised as RelaydTransferError, a RuntimeError as Harbor's are."""
+        try:
+            await self._relayd_call(fn)
+        except (RelaydError, OSError) as e:
+            if isinstance(e, RelaydTransferError):
+                raise
+            raise RelaydTransferError(f"{what} {source} -> {target} failed: {e}") from e
+
+    async def _relayd_upload_user(self) -> Optional[str]:
+        """Uploads keep relayd's own rights (as Harbor's docker cp, whose
+        daemon writes as root): None when relayd runs subjects as itself."""
+        subject, own = await self._relayd_uids_asked()
+        return None if subject == own else own
 
     async def _relayd_file_user(self) -> Optional[str]:
         """Whose rights a download reads with: the trial's user. That is
@@ -330,6 +448,14 @@ class RelaydEnvironmentMixin:
         settling; a Survivor or a ``(pid, start)`` pair is sent as it is. A
         port nothing listens on keeps nothing. What is kept (pid and start
         time) is kept by the boundary before the next verifier too."""
+        return await self._relayd_boundary(keep, keep_ports, False, "end_agent_phase")
+
+    async def _relayd_boundary(self, keep: Sequence[Union[int, KeepEntry]], keep_ports: Sequence[int],
+                               listeners: bool, why: str) -> Verified:
+        """The trial boundary keeping ``keep``, what listens on
+        ``keep_ports`` and, with ``listeners``, every survivor listening on
+        any TCP port (each with its descendants); logged and kept in
+        ``relayd_last_boundary``."""
         kept: List[KeepEntry] = []
 
         def boundary(c: Client) -> Verified:
@@ -337,7 +463,7 @@ class RelaydEnvironmentMixin:
             kept[:] = [k for k in keep if isinstance(k, (Survivor, tuple))]
             if len(pids) + len(kept) != len(keep):
                 raise TypeError(f"end_agent_phase: keep={list(keep)!r}: want pids, Survivors or (pid, start) pairs")
-            if pids or keep_ports:
+            if pids or keep_ports or listeners:
                 look = c.status().survivors
                 by_pid = {s.pid: s for s in look}
                 missing = [p for p in pids if p not in by_pid]
@@ -345,12 +471,81 @@ class RelaydEnvironmentMixin:
                     raise ValueError(f"end_agent_phase: keep={missing}: no survivor has that pid; nothing was settled")
                 kept.extend(by_pid[p] for p in pids)
                 ports = set(keep_ports)
-                kept.extend(s for s in look if ports & set(s.listens))
+                kept.extend(s for s in look if (ports & set(s.listens)) or (listeners and s.listens))
             return c.verify(all=True, survivors="settle", keep=kept)
 
         v: Verified = await self._relayd_call(boundary)
         self._relayd_ran, self._relayd_kept = False, tuple(kept)
+        self.relayd_last_boundary = v
+        logger = getattr(self, "logger", None)
+        if isinstance(logger, logging.Logger):
+            logger.info("relayd trial boundary (%s): kept %s; settled %s", why,
+                        ", ".join(f"{s.pid} {' '.join(s.argv)[:80]!r} listening on {list(s.listens)}"
+                                  for s in v.survivors) or "nothing",
+                        list(v.settled or ()) or "nothing")
         return v
+
+
+def _boundary_mode(value: Union[bool, str]) -> str:
+    """relayd_boundary_before_tests: listeners (true, the default), all, or none (false)."""
+    if isinstance(value, bool):
+        return BOUNDARY_LISTENERS if value else BOUNDARY_NONE
+    v = value.strip().lower()
+    if v in (BOUNDARY_LISTENERS, BOUNDARY_ALL, BOUNDARY_NONE):
+        return v
+    return BOUNDARY_LISTENERS if _flag(v) else BOUNDARY_NONE
+
+
+def _ports(value: Union[str, Sequence[int], None]) -> Tuple[int, ...]:
+    """relayd_keep_ports: ports as a list, or a string "8000,8080" (Harbor passes strings)."""
+    if value is None:
+        return ()
+    items: List[Union[str, int]] = []
+    if isinstance(value, str):
+        items.extend(value.replace(",", " ").split())
+    else:
+        items.extend(value)
+    ports = []
+    for p in items:
+        n = int(p)
+        if not 0 < n < 65536:
+            raise ValueError(f"relayd_keep_ports: {p!r} is no TCP port")
+        ports.append(n)
+    return tuple(ports)
+
+
+def _unknown_user(message: str, user: str) -> bool:
+    """Whether relayd refused an execute for a user its system lacks
+    (env.LookupUser: 'no user "NAME" on this system')."""
+    return f'no user "{user.split(":")[0]}"' in message
+
+
+def _chmod_tree(root: str, listing: str) -> None:
+    """Sets the modes _MODES listed ("MODE PATH" each, NUL-ended) below
+    root, deepest first (a directory's own mode may close it), on what is
+    there and is no symbolic link: every directory on the way is opened
+    O_NOFOLLOW, and the last name is looked at (lstat) before its chmod."""
+    for entry in reversed(listing.split("\0")):
+        mode, _, rel = entry.partition(" ")
+        parts = rel.split("/")
+        if not rel or not mode.isdigit() or rel.startswith("/") or ".." in parts or "." in parts:
+            continue
+        try:
+            fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            return
+        try:
+            for part in parts[:-1]:
+                nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = nxt
+            st = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+                os.chmod(parts[-1], int(mode, 8) & 0o7777, dir_fd=fd)
+        except OSError:
+            pass  # gone, through a link, or closed here: left as extracted
+        finally:
+            os.close(fd)
 
 
 def _flag(value: Union[bool, str]) -> bool:
