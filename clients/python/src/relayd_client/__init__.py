@@ -38,6 +38,12 @@ from .errors import (
     UnknownKindError,
 )
 from .results import (
+    BoundaryFiles,
+    Changes,
+    FileEntry,
+    Marked,
+    Recycled,
+    Restored,
     DESTROYED,
     EXITED,
     FAILED,
@@ -64,6 +70,7 @@ __all__ = [
     "FileInfo",
     "Ready", "Executed", "Verified", "Status", "ExecutionStatus", "Survivor", "Diagnostic", "Output",
     "Usage", "ExecutionUsage",
+    "Marked", "Changes", "FileEntry", "Restored", "BoundaryFiles", "Recycled",
     "EXITED", "FRAMEWORK_TIMEOUT", "NONE", "SETTLED", "DESTROYED", "FAILED",
     "RelaydError", "ProtocolError", "BadJSONError", "LineTooLongError", "UnauthenticatedError",
     "BadRequestError", "UnknownKindError", "BusyError", "ShuttingDownError", "NotFoundError", "DirectoryError",
