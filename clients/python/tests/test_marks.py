@@ -375,5 +375,48 @@ class HarborMarksTest(NoLeaks, unittest.TestCase):
         asyncio.run(go())
 
 
+# --- the inspect adapter (the stand-in inspect_ai of tests/stand_ins, as test_inspect.py drives it)
+
+class InspectMarksTest(NoLeaks, unittest.IsolatedAsyncioTestCase):
+    """A scorer asks the sandbox which files the agent changed."""
+
+    def setUp(self) -> None:
+        self._leak_setup()
+        self.addCleanup(self._leak_check)
+        self.d = Relayd()
+        self.addCleanup(self.d.close)
+        self.tree = tempfile.mkdtemp(prefix="relayd-inspect-marks-")
+        self.addCleanup(shutil.rmtree, self.tree, True)
+        make_tree(self.tree)
+
+    async def test_scorer_asks_for_changes(self) -> None:
+        import inspect_ai.util as iu
+
+        from relayd_client import inspect_sandbox as ri
+
+        config = {"command": [relayd_binary(), "bridge", "--socket", self.d.socket], "token": self.d.token,
+                  "cwd": self.tree}
+        envs = await iu.REGISTRY["relayd"].sample_init("t", dict(config, mark=[self.tree]), {})
+        plain = await iu.REGISTRY["relayd"].sample_init("t", config, {})
+        try:
+            sandbox = envs["default"]
+            r = await sandbox.exec(["sh", "-c", "echo solved > a.txt; rm b.txt; echo n > n.txt"])
+            self.assertTrue(r.success, r.stderr)
+            ch = await sandbox.changes()
+            self.assertEqual(([e.path for e in ch.added], [e.path for e in ch.modified], [e.path for e in ch.deleted]),
+                             ([os.path.join(self.tree, "n.txt")], [os.path.join(self.tree, "a.txt")],
+                              [os.path.join(self.tree, "b.txt")]))
+            self.assertEqual([e.path for e in (await sandbox.changes("sub")).all()], [])  # relative to the cwd
+            with self.assertRaises(ValueError):
+                await plain["default"].changes()  # its config marks nothing
+            name = sandbox._mark_name
+        finally:
+            await ri.RelaydSandboxEnvironment.sample_cleanup("t", config, envs, False)
+            await ri.RelaydSandboxEnvironment.sample_cleanup("t", config, plain, False)
+        with Client(self.d.addr, self.d.token) as c:  # the sample's end freed its mark
+            with self.assertRaises(ProtocolError):
+                c.changes(name)
+
+
 if __name__ == "__main__":
     unittest.main()
