@@ -418,5 +418,46 @@ class InspectMarksTest(NoLeaks, unittest.IsolatedAsyncioTestCase):
                 c.changes(name)
 
 
+# --- the README's example
+
+def readme_marks() -> Any:
+    """The code block of clients/python/README.md's "## Marks" section and the block it prints."""
+    import re
+
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    start = text.find("\n## Marks")
+    assert start >= 0, 'clients/python/README.md has no "## Marks" section'
+    text = text[start + 1:]
+    end = text.find("\n## ", 3)
+    text = text[:end] if end >= 0 else text
+    blocks = [re.sub(r"(?m)^    ", "", b.group(0)).strip("\n")
+              for b in re.finditer(r"(?m)(?:^    .*\n|^\n(?=    ))+", text)]
+    code = next(b for b in blocks if "from relayd_client import" in b)
+    return code + "\n", blocks[blocks.index(code) + 1].splitlines()
+
+
+class ReadmeMarksTest(RelaydTest):
+    def test_readme_marks(self) -> None:
+        import subprocess
+
+        from relayd_fixture import subject_pythonpath
+
+        code, want = readme_marks()
+        self.assertLess(len(code.splitlines()) + len(want), 25, "the README's marks example must stay short")
+        d = self.relayd()
+        with tempfile.TemporaryDirectory() as cwd:
+            os.mkdir(os.path.join(cwd, ".run"))
+            Path(cwd, ".run", "token").write_text(d.token + "\n")
+            script = os.path.join(cwd, "marks.py")
+            Path(script).write_text(code.replace('"127.0.0.1:7700"', repr(d.addr)))
+            env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYD_")}
+            env["PYTHONPATH"] = subject_pythonpath()
+            p = subprocess.run([sys.executable, "-X", "dev", "-W", "error", script], cwd=cwd, env=env,
+                               capture_output=True, text=True, timeout=60)
+        self.assertEqual((p.returncode, p.stderr), (0, ""))
+        self.assertEqual(p.stdout.splitlines(), want)
+
+
 if __name__ == "__main__":
     unittest.main()
