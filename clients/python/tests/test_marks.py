@@ -96,7 +96,7 @@ class MarksTest(TreeTest):
             self.assertEqual((a.type, a.what, a.size), ("file", ("content",), 5))
             self.assertEqual(hex_of(a.sha256 or ""), sha(b"ALPHA"))
             assert a.was is not None
-            self.assertEqual((a.was.size, hex_of(a.was.sha256 or "")), (6, sha(b"alpha\n")))
+            self.assertEqual((a.was.path, a.was.size, hex_of(a.was.sha256 or "")), (a.path, 6, sha(b"alpha\n")))
             cc = mod[self.p("sub/c.txt")]
             self.assertEqual((cc.what, cc.mode), (("mode",), 0o600))
             assert cc.was is not None
@@ -358,6 +358,31 @@ class HarborMarksTest(NoLeaks, unittest.TestCase):
             with Client(self.d.addr, self.d.token) as c:  # stop freed the mark
                 with self.assertRaises(ProtocolError):
                     c.changes(e._relayd_mark)
+        asyncio.run(go())
+
+    def test_protected_without_a_boundary(self) -> None:
+        """With no boundary before the tests (relayd_boundary_before_tests
+        false, or one drawn by end_agent_phase already), the verifier's
+        directories are still put back before its tests, and once only."""
+        async def go() -> None:
+            for kwargs in ({"relayd_boundary_before_tests": "false"}, {}):
+                e = self.env(**kwargs)
+                await e.start(force_build=False)
+                try:
+                    await e.exec(f"echo 1.0 > {self.verifier_dir}/reward.txt")
+                    if not kwargs:
+                        await e.end_agent_phase()
+                    with mock.patch.object(rh, "TESTS_DIR", self.tests_dir):
+                        await e.upload_dir(self.local, self.tests_dir)
+                        self.assertEqual([(t.change, t.path) for t in e.relayd_tampered],
+                                         [("added", os.path.join(self.verifier_dir, "reward.txt"))], kwargs)
+                        self.assertEqual(os.listdir(self.verifier_dir), [])
+                        Path(self.verifier_dir, "mine").write_text("")  # the verifier's own, between two uploads
+                        await e.upload_dir(self.local, self.tests_dir)  # a second test directory: nothing due
+                        self.assertEqual(os.listdir(self.verifier_dir), ["mine"])
+                    os.remove(os.path.join(self.verifier_dir, "mine"))
+                finally:
+                    await e.stop(delete=True)
         asyncio.run(go())
 
     def test_nothing_tampered_nothing_listed(self) -> None:

@@ -486,11 +486,11 @@ class FileEntry:
     ``path_bytes``), ``type`` (``file``, ``dir``, ``symlink``, ``other``),
     ``mode`` (permission bits as an int, e.g. 0o644), ``uid``, ``gid``,
     ``size``, for a file ``sha256`` of what it holds, for a symbolic link
-    ``target``. A modified entry also has ``was`` (the same as the mark saw
-    it) and ``what`` differs (``content``, ``type``, ``mode``, ``owner``,
-    ``target``). In a boundary's ``tampered`` list, ``change`` says
-    whether it was ``added``, ``modified`` or ``deleted``; a deleted entry
-    is described as the mark saw it."""
+    ``target``. A modified entry also has ``was`` (the entry as the mark
+    saw it) and ``what``, what differs (``content``, ``type``, ``mode``,
+    ``owner``, ``target``). ``change`` says whether it was ``added``,
+    ``modified`` or ``deleted``; a deleted entry is described as the mark
+    saw it."""
 
     path: str
     type: str
@@ -510,14 +510,15 @@ class FileEntry:
         return self.path.encode("utf-8", "surrogateescape")
 
     @classmethod
-    def _parse(cls, v: Any, change: Optional[str] = None) -> "FileEntry":
+    def _parse(cls, v: Any, change: Optional[str] = None, path: str = "") -> "FileEntry":
         if not isinstance(v, dict):
             raise UnexpectedReplyError("relayd's reply: a changed entry is not an object")
         was = v.get("was")
-        return cls(path=_name(v, "path") or "", type=_get(v, "type", str, ""), mode=_mode(v),
+        path = _name(v, "path") or path
+        return cls(path=path, type=_get(v, "type", str, ""), mode=_mode(v),
                    uid=_get(v, "uid", int, 0), gid=_get(v, "gid", int, 0), size=_get(v, "size", int, 0),
                    sha256=_get(v, "sha256", str), target=_name(v, "target"),
-                   was=None if was is None else cls._parse(was),
+                   was=None if was is None else cls._parse(was, path=path),
                    what=tuple(str(w) for w in _get(v, "what", list, [])),
                    change=_get(v, "change", str, change))
 
