@@ -226,10 +226,16 @@ class RelaydEnvironmentMixin:
         await self._relayd_mark_task()
 
     async def stop(self, delete: bool) -> None:
-        if self._relayd_mark is not None:
-            name, self._relayd_mark = self._relayd_mark, None
+        name, self._relayd_mark = self._relayd_mark, None
+        # A mark outlives connections: its content is freed here, unless the container goes with it.
+        if name is not None and not (delete and self._relayd_bridge is None):
             try:
-                await self._relayd_call(Client.unmark, name)  # a mark outlives connections: free its content
+                c = await asyncio.to_thread(Client.over_command, await self._relayd_argv(), self._relayd_token,
+                                            ready_timeout=10)  # once: a relayd already gone has nothing to free
+                try:
+                    await asyncio.to_thread(c.unmark, name)
+                finally:
+                    c.close()
             except (RelaydError, OSError) as e:
                 self._relayd_log(logging.WARNING, "relayd: unmark %s failed: %s", name, e)
         await super().stop(delete)  # type: ignore[misc]
