@@ -41,7 +41,38 @@ func (s *Store) Changes(name string, paths []string, max int, stop <-chan struct
 	return s.changes(name, paths, max, stop, false)
 }
 
-func (s *Store) changes(name string, paths []string, max int, stop <-chan struct{}, locked bool) (*Changes, error) {
+// ChangesWait is Changes that waits for a restore of the mark to end
+// instead of answering ErrBusy (the trial boundary's).
+func (s *Store) ChangesWait(name string, paths []string, max int) (*Changes, error) {
+	return s.changes(name, paths, max, nil, true)
+}
+
+// CheckUse refuses what a trial boundary's files cannot do with the mark
+// name: paths outside it, or, with restore, outside its keep.
+func (s *Store) CheckUse(name string, paths []string, restore bool) error {
+	if err := CheckName(name); err != nil {
+		return err
+	}
+	ps, err := checkPaths("protect", paths, false)
+	if err != nil {
+		return err
+	}
+	meta, err := s.meta(name)
+	if err != nil {
+		return err
+	}
+	for _, p := range ps {
+		if !excluded(p, meta.Paths) {
+			return bad(`%s is not under any path of mark %q`, p, name)
+		}
+		if restore && !excluded(p, meta.Keep) {
+			return bad(`%s is not inside a kept subtree of mark %q, so it cannot be restored`, p, name)
+		}
+	}
+	return nil
+}
+
+func (s *Store) changes(name string, paths []string, max int, stop <-chan struct{}, wait bool) (*Changes, error) {
 	began := time.Now()
 	if err := CheckName(name); err != nil {
 		return nil, err
@@ -53,13 +84,11 @@ func (s *Store) changes(name string, paths []string, max int, stop <-chan struct
 	if err != nil {
 		return nil, err
 	}
-	if !locked {
-		unlock, err := s.lock(name, true, false)
-		if err != nil {
-			return nil, err
-		}
-		defer unlock()
+	unlock, err := s.lock(name, true, wait)
+	if err != nil {
+		return nil, err
 	}
+	defer unlock()
 	meta, err := s.meta(name)
 	if err != nil {
 		return nil, err

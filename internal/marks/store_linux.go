@@ -68,10 +68,16 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.Budget <= 0 {
 		cfg.Budget = DefaultBudget
 	}
-	s := &Store{dir: filepath.Join(cfg.Dir, "marks"), budget: cfg.Budget, names: map[string]*sync.RWMutex{}}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{dir: filepath.Join(dir, "marks"), budget: cfg.Budget, names: map[string]*sync.RWMutex{}}
 	for _, p := range cfg.Internal {
 		if p != "" {
-			s.internal = append(s.internal, filepath.Clean(p))
+			if abs, err := filepath.Abs(p); err == nil {
+				s.internal = append(s.internal, abs)
+			}
 		}
 	}
 	s.internal = append(s.internal, s.dir)

@@ -16,8 +16,8 @@ import (
 // maxDepth bounds how deep a walk descends (each level holds a descriptor).
 const maxDepth = 1024
 
-// errStopped ends a walk that relayd's shutdown interrupted.
-var errStopped = errors.New("relayd is shutting down")
+// ErrStopped ends a walk that relayd's shutdown interrupted.
+var ErrStopped = errors.New("relayd is shutting down")
 
 // visitFunc sees one entry: its path, the directory it is in (a
 // descriptor) and its name there ("." for /), and its lstat. enter says
@@ -162,7 +162,7 @@ func (w *walker) entry(dfd int, p, name string, dev uint64, depth int) error {
 func (w *walker) dir(fd int, p string, depth int) error {
 	select {
 	case <-w.stop:
-		return errStopped
+		return ErrStopped
 	default:
 	}
 	var st unix.Stat_t
