@@ -21,7 +21,8 @@ var commandWait = 5 * time.Second
 // DialCommand reaches relayd through a command that carries the protocol
 // on its stdin and stdout: `relayd bridge` through any exec channel
 // (protocol 4.6), e.g. []string{"docker", "exec", "-i", C, "relayd",
-// "bridge"} or kubectl exec -i POD -- relayd bridge. Its stderr is this
+// "bridge"} or kubectl exec -i POD -c task -- /opt/relayd/relayd bridge
+// (where deploy/kubernetes puts relayd, off the Pod's PATH). Its stderr is this
 // process's. The command gets one end of a socket pair as both stdin and
 // stdout, so deadlines work as on TCP. Close ends its stdin (the end of
 // the controller's stream, a transport loss for what runs) and waits for

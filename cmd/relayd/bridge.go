@@ -12,7 +12,8 @@ import (
 // bridgeMain is `relayd bridge` (protocol 4.6): it copies its stdin to a
 // connection to relayd's Unix socket and relayd's replies to its stdout,
 // so that a controller reaches relayd through any exec channel it has
-// (docker exec -i C relayd bridge, kubectl exec -i POD -- relayd bridge).
+// (docker exec -i C relayd bridge, kubectl exec -i POD -c task --
+// /opt/relayd/relayd bridge).
 // It neither reads nor adds the token. The end of its stdin is a
 // half-close: relayd handles what it read, writes the replies owed, and
 // treats the end as transport loss for whatever still runs (rule 6.4),

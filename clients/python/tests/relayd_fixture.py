@@ -13,7 +13,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 _built: Optional[str] = None
@@ -50,7 +50,8 @@ class Relayd:
     connect, dialing out. Its subjects' leftovers are killed by close()."""
 
     def __init__(self, *args: str, connect: Optional[str] = None, token: Optional[str] = None,
-                 env: Optional[Dict[str, str]] = None) -> None:
+                 env: Optional[Dict[str, str]] = None, wrap: Sequence[str] = ()) -> None:
+        """wrap: a command that execs relayd with its arguments (setpriv ...)."""
         self.dir = tempfile.mkdtemp(prefix="relayd-pytest-")
         self.workspace = os.path.join(self.dir, "workspace")
         os.mkdir(self.workspace)
@@ -59,7 +60,7 @@ class Relayd:
         fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(self.token + "\n")
-        argv = [relayd_binary(), "--token-file", token_file, "--workspace", self.workspace,
+        argv = [*wrap, relayd_binary(), "--token-file", token_file, "--workspace", self.workspace,
                 "--state-dir", os.path.join(self.dir, "state"), "--term-grace", "300ms", "--teardown-timeout", "3s"]
         # Its own socket for relayd bridge, not the machine's default one.
         self.socket = os.path.join(self.dir, "relayd.sock")

@@ -324,6 +324,182 @@ class HarborCases(NoLeaks):
             await e.exec(f"rm -rf {self.remote}", cwd="/")
         self.run_async(go())
 
+    # -- issue 41: what Harbor's own code sees --
+
+    def free_port(self) -> int:
+        """A port free on this machine's loopback (and so, very likely, in a container's own)."""
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+
+    async def verifier_checks_the_agents_server(self, e: Any, agent_user: Any) -> Any:
+        """A task whose verifier checks a server the agent started, in
+        Harbor's order: the agent's phase (as agent_user) backgrounds
+        ``python3 -m http.server`` and a loop that listens on nothing; the
+        verifier's directories are reset as root; the stand-in's
+        Verifier.verify uploads the tests and runs test.sh, which fetches
+        from the server. Returns the test's result, the server's and the
+        loop's pids."""
+        from harbor.verifier.verifier import Verifier
+
+        port = self.free_port()
+        tests_dir, verifier_dir = self.remote + "/tests", self.remote + "/verifier"
+        server_pid, loop_pid = self.remote + ".server", self.remote + ".loop"
+        tests = Path(self.local, "tests")
+        tests.mkdir()
+        (tests / "test.sh").write_text(
+            "#!/bin/sh\nexec python3 -c 'import urllib.request as u; "
+            f"u.urlopen(\"http://127.0.0.1:{port}/\", timeout=10).read(); print(\"served\")'\n")
+        with e.with_default_user(agent_user):  # the agent's phase
+            r = await e.exec(f"nohup python3 -m http.server {port} --bind 127.0.0.1 >/dev/null 2>&1 & "
+                             f"echo $! > {server_pid}; "
+                             f"nohup sh -c 'echo $$ > {loop_pid}; while :; do sleep 0.1; done' >/dev/null 2>&1 &",
+                             cwd="/")
+            self.assertEqual(r.return_code, 0, f"agent as {agent_user}: {r.stdout}")
+            r = await e.exec("for i in $(seq 200); do python3 -c 'import socket; "
+                             f"socket.create_connection((\"127.0.0.1\", {port}), 1)' 2>/dev/null && exit 0; "
+                             "sleep 0.05; done; exit 1", cwd="/")
+            self.assertEqual(r.return_code, 0, "the agent's server never listened")
+        server, loop = await self.pid(e, server_pid), await self.pid(e, loop_pid)
+        await e.empty_dirs([verifier_dir], chmod=True)  # Harbor resets the verifier's directories as root
+        with mock.patch.object(rh, "TESTS_DIR", tests_dir), e.with_default_user(None):
+            result = await Verifier(e, [tests], tests_dir=tests_dir, verifier_dir=verifier_dir).verify()
+        out = (await e.exec(f"cat {verifier_dir}/test-stdout.txt", cwd="/", user="root")).stdout
+        return result, out, server, loop
+
+    def test_verifier_reaches_the_server_the_agent_started(self) -> None:
+        """Issue 41 (1, 2): Harbor leaves what the agent started running into
+        the verifier's phase, and many tasks check a server the agent was
+        asked to start. The adapter's boundary before the tests keeps what
+        listens on a TCP port (whatever its user: the agent as root, then
+        as nobody), settles the rest, and reports both."""
+        async def go() -> None:
+            for agent_user in (None, "nobody"):
+                e = self.env()
+                result, out, server, loop = await self.verifier_checks_the_agents_server(e, agent_user)
+                self.assertEqual((result.return_code, out), (0, "served\n"),
+                                 f"agent as {agent_user}: the verifier found no server")
+                v = e.relayd_last_boundary
+                self.assertIsNotNone(v)
+                self.assertIn(server, [s.pid for s in v.survivors], f"agent as {agent_user}: {v}")
+                self.assertIn(loop, v.settled or (), f"agent as {agent_user}: {v}")
+                self.assertFalse(await self.alive(e, loop), "what listens on nothing met the verifier")
+                self.assertTrue(await self.alive(e, server))
+                v = await e.end_agent_phase()  # the trial's end
+                self.assertIn(server, v.settled or ())
+                await e.exec(f"rm -rf {self.remote} {self.remote}.server {self.remote}.loop", cwd="/", user="root")
+                shutil.rmtree(Path(self.local, "tests"))
+        self.run_async(go())
+
+    def test_exec_output_whole_or_raises(self) -> None:
+        """Issue 41 (3): Harbor returns all a command wrote. Within relayd's
+        --max-stdout-bytes the adapter returns it whole; past it, it raises
+        RuntimeError: never a cut returned as if it were all."""
+        async def go() -> None:
+            e = self.env()
+            r = await e.exec("head -c 700000 /dev/zero | tr '\\0' x; echo; head -c 300000 /dev/zero | tr '\\0' y >&2")
+            self.assertEqual((len(r.stdout), r.stdout.count("x"), r.stdout.count("y"), r.return_code),
+                             (1000001, 700000, 300000, 0))
+            try:
+                r = await e.exec("head -c 3000000 /dev/zero | tr '\\0' z")
+            except RuntimeError as err:
+                self.assertIn("--max-stdout-bytes", str(err))
+            else:
+                self.assertEqual(r.stdout, "z" * 3000000)
+        self.run_async(go())
+
+    def test_upload_file_onto_a_directory_and_through_a_link(self) -> None:
+        """Issue 41 (4): Harbor's upload_file is docker cp SRC main:TARGET.
+        Onto a directory it writes SRC's name inside it; onto a symbolic
+        link it writes where the link points (read once, a relative one
+        from the link's directory: docker's client), a dangling one too;
+        onto a link to a directory, into that directory."""
+        async def go() -> None:
+            e = self.env()
+            d = self.remote
+            await e.exec(f"mkdir -p {d}/dir {d}/real && echo old > {d}/real/file && ln -s real/file {d}/rel && "
+                         f"ln -s {d}/real/new {d}/dangling && ln -s {d}/real {d}/todir", cwd="/")
+            src = Path(self.local, "data.txt")
+            src.write_text("new\n")
+            src.chmod(0o640)
+            await e.upload_file(src, d + "/dir")
+            await e.upload_file(src, d + "/rel")
+            await e.upload_file(src, d + "/dangling")
+            await e.upload_file(src, d + "/todir")
+            r = await e.exec(f"cd {d} && cat dir/data.txt real/file real/new real/data.txt && stat -c %a dir/data.txt "
+                             "&& readlink rel dangling todir && [ -L rel ] && [ -d dir ]", cwd="/", user="root")
+            self.assertEqual((r.stdout, r.return_code),
+                             (f"new\nnew\nnew\nnew\n640\nreal/file\n{d}/real/new\n{d}/real\n", 0))
+            await e.exec(f"rm -rf {d}", cwd="/", user="root")
+        self.run_async(go())
+
+    def test_downloads_keep_modes_as_docker_cp(self) -> None:
+        """Issue 41 (4): docker cp keeps a file's and a directory's mode as
+        the container has it: a 0640 file, a 0666 file, an empty 0700
+        directory come back so, by download_dir and download_file."""
+        async def go() -> None:
+            e = self.env()
+            d = self.remote + "/modes"
+            r = await e.exec(f"umask 0 && mkdir -p {d}/empty && chmod 700 {d}/empty && echo a > {d}/f640 && "
+                             f"chmod 640 {d}/f640 && echo b > {d}/f666 && chmod 666 {d}/f666 && chmod 750 {d}", cwd="/")
+            self.assertEqual(r.return_code, 0, r.stdout)
+            out = Path(self.local, "out")
+            await e.download_dir(d, out)
+            modes = {n: (out / n).stat().st_mode & 0o7777 for n in ("f640", "f666", "empty")}
+            self.assertEqual(modes, {"f640": 0o640, "f666": 0o666, "empty": 0o700})
+            for n in ("f640", "f666"):
+                await e.download_file(f"{d}/{n}", Path(self.local, "one", n))
+                self.assertEqual(Path(self.local, "one", n).stat().st_mode & 0o7777, int(n[1:], 8), n)
+            await e.exec(f"rm -rf {self.remote}", cwd="/", user="root")
+        self.run_async(go())
+
+    def test_missing_cwd_and_unknown_user_exit_126(self) -> None:
+        """Issue 41 (6): docker exec -w with no such directory, or -u with a
+        user the container lacks, is exit 126 with the runtime's message,
+        which Harbor reads as the command's output."""
+        async def go() -> None:
+            e = self.env()
+            r = await e.exec("true", cwd=self.remote + "/missing")
+            self.assertEqual(r.return_code, 126)
+            self.assertIn(f'chdir to cwd ("{self.remote}/missing")', r.stdout or "")
+            r = await e.exec("true", cwd="/", user="relayd-no-such-user")
+            self.assertEqual(r.return_code, 126)
+            self.assertIn("unable to find user relayd-no-such-user", r.stdout or "")
+        self.run_async(go())
+
+    def test_failed_transfers_are_runtime_errors(self) -> None:
+        """Issue 41 (6): Harbor's docker compose cp that fails raises
+        RuntimeError (_run_docker_compose_command, check=True), which a
+        harness catches; so do the adapter's."""
+        async def go() -> None:
+            e = self.env()
+            with self.assertRaises(RuntimeError):
+                await e.download_file(self.remote + "/missing", Path(self.local, "x"))
+            with self.assertRaises(RuntimeError):
+                await e.download_dir(self.remote + "/missing", Path(self.local, "y"))
+            with self.assertRaises(RuntimeError):
+                await e.upload_file(Path(self.local, "missing"), self.remote + "/z")
+            with self.assertRaises(RuntimeError):
+                await e.upload_dir(Path(self.local, "missing"), self.remote + "/w")
+            self.assertFalse(Path(self.local, "x").exists())
+        self.run_async(go())
+
+    def test_failed_tests_upload_is_harbors_add_tests_dir_error(self) -> None:
+        """Harbor's Verifier wraps a failed upload of the tests in
+        AddTestsDirError; from Docker's environment its cause is the
+        RuntimeError of docker compose cp, and so it is from the adapter's."""
+        from harbor.verifier.verifier import AddTestsDirError, Verifier
+
+        async def go() -> None:
+            e = self.env()
+            with mock.patch.object(rh, "TESTS_DIR", self.remote + "/tests"):
+                with self.assertRaises(AddTestsDirError) as cm:
+                    await Verifier(e, [Path(self.local, "no-tests")], tests_dir=self.remote + "/tests").verify()
+            self.assertIsInstance(cm.exception.__cause__, RuntimeError)
+        self.run_async(go())
+
 
 async def subject_user_download(t: Any, e: Any, token_path: str, token: str) -> None:
     """Issue 28 under relayd --subject-user nobody, with no user named by
@@ -412,6 +588,113 @@ class LocalHarborTest(HarborCases, unittest.TestCase):
             v = await e.end_agent_phase()
             self.assertIn(server, v.settled)
             await e.exec(f"rm -f {pidfile}")
+        self.run_async(go())
+
+    def local_env(self, d: Relayd, **kwargs: Any) -> Any:
+        return self.env(relayd_bridge=[relayd_binary(), "bridge", "--socket", d.socket], relayd_token=d.token, **kwargs)
+
+    def test_boundary_before_tests_all_or_none(self) -> None:
+        """relayd_boundary_before_tests="all" settles the listening server
+        too; false draws no boundary (Harbor's own: the loop runs on)."""
+        async def go() -> None:
+            e = self.env(relayd_boundary_before_tests="all")
+            result, out, server, loop = await self.verifier_checks_the_agents_server(e, None)
+            self.assertNotEqual(out, "served\n")
+            self.assertIn(server, e.relayd_last_boundary.settled)
+            await e.exec(f"rm -rf {self.remote} {self.remote}.server {self.remote}.loop", cwd="/")
+            shutil.rmtree(Path(self.local, "tests"))
+            e = self.env(relayd_boundary_before_tests="false")
+            result, out, server, loop = await self.verifier_checks_the_agents_server(e, None)
+            self.assertEqual(out, "served\n")
+            self.assertIsNone(e.relayd_last_boundary)
+            self.assertTrue(await self.alive(e, loop))
+            v = await e.end_agent_phase()
+            self.assertEqual({server, loop} - set(v.settled or ()), set())
+            await e.exec(f"rm -rf {self.remote} {self.remote}.server {self.remote}.loop", cwd="/")
+        self.run_async(go())
+
+    def test_keep_ports_keeps_only_that_with_all(self) -> None:
+        """relayd_keep_ports: the task's ports, kept even by "all"."""
+        async def go() -> None:
+            e = self.env(relayd_boundary_before_tests="all")
+            port = self.free_port()
+            e._relayd_keep_ports = (port,)
+            pidfile = self.remote + ".http"
+            await e.exec(f"nohup sh -c 'echo $$ > {pidfile}; exec {sys.executable} -m http.server {port} "
+                         "--bind 127.0.0.1' >/dev/null 2>&1 &", cwd="/")
+            server = await self.pid(e, pidfile)
+            r = await e.exec(f"for i in $(seq 200); do {sys.executable} -c 'import socket; socket.create_connection("
+                             f"(\"127.0.0.1\", {port}), 1)' 2>/dev/null && exit 0; sleep 0.05; done; exit 1", cwd="/")
+            self.assertEqual(r.return_code, 0)
+            tests = Path(self.local, "t")
+            tests.mkdir()
+            with mock.patch.object(rh, "TESTS_DIR", self.remote + "/tests"):
+                await e.upload_dir(tests, self.remote + "/tests")
+            self.assertIn(server, [s.pid for s in e.relayd_last_boundary.survivors])
+            self.assertEqual(self.env(relayd_keep_ports="8000, 8080")._relayd_keep_ports, (8000, 8080))
+            await e.end_agent_phase()
+            await e.exec(f"rm -rf {self.remote} {pidfile}", cwd="/")
+        self.run_async(go())
+
+    def test_listeners_of_nobody_without_ptrace(self) -> None:
+        """Issue 41 (2), as in Docker: relayd as root without CAP_SYS_PTRACE
+        (setpriv takes it out of the bounding set), the agent as nobody:
+        its server is still seen listening, kept, and reached."""
+        setpriv = shutil.which("setpriv")
+        if os.geteuid() != 0 or setpriv is None:
+            self.skipTest("needs root and setpriv")
+        d = Relayd(wrap=[setpriv, "--bounding-set=-sys_ptrace", "--inh-caps=-sys_ptrace"])
+        self.addCleanup(d.close)
+        with open(f"/proc/{d.proc.pid}/status", encoding="ascii") as f:
+            eff = next(int(line.split()[1], 16) for line in f if line.startswith("CapEff:"))
+        self.assertFalse(eff >> 19 & 1, "relayd holds CAP_SYS_PTRACE")
+
+        async def go() -> None:
+            e = self.local_env(d)
+            result, out, server, loop = await self.verifier_checks_the_agents_server(e, "nobody")
+            self.assertEqual(out, "served\n", e.relayd_last_boundary)
+            await e.end_agent_phase()
+            await e.exec(f"rm -rf {self.remote} {self.remote}.server {self.remote}.loop", cwd="/")
+        self.run_async(go())
+
+    def test_output_whole_under_the_overlays_limits(self) -> None:
+        """Issue 41 (3): a 3 MB output, under the --max-stdout-bytes and
+        --max-stderr-bytes harbor-relayd.yaml gives relayd, comes back whole
+        (Harbor's exec returns it whole); past relayd's default 1 MiB the
+        adapter raises RuntimeError instead of returning 1,048,576 bytes."""
+        line = next(x for x in rh.COMPOSE_OVERLAY.read_text().splitlines() if "relayd --listen" in x)
+        words = line.split()
+        flags = [w for i, w in enumerate(words) if w.startswith("--max-std") or words[i - 1].startswith("--max-std")]
+        self.assertEqual(len(flags), 4, flags)
+        d = Relayd(*flags)
+        self.addCleanup(d.close)
+
+        async def go() -> None:
+            r = await self.local_env(d).exec("head -c 3000000 /dev/zero | tr '\\0' z; echo; echo err >&2")
+            self.assertEqual((len(r.stdout), r.stdout[-5:], r.return_code), (3000005, "z\nerr\n"[-5:], 0))
+            with self.assertRaises(RuntimeError) as cm:
+                await self.env().exec("head -c 3000000 /dev/zero | tr '\\0' z")
+            self.assertIn("--max-stdout-bytes", str(cm.exception))
+        self.run_async(go())
+
+    @unittest.skipUnless(getattr(rh, "_LINKS_KEEP", None), "needs the client's upload_dir/download_dir links= (branch trees)")
+    def test_trees_keep_symbolic_links(self) -> None:
+        """Issue 41 (5): docker cp copies a tree's symbolic links as they
+        are, absolute ones and ones leaving the tree too, both ways."""
+        async def go() -> None:
+            e = self.env()
+            src = Path(self.local, "venv")
+            (src / "bin").mkdir(parents=True)
+            os.symlink("/usr/bin/python3", src / "bin" / "python3")
+            os.symlink("../../outside", src / "bin" / "out")
+            await e.upload_dir(src, self.remote + "/venv")
+            r = await e.exec(f"readlink {self.remote}/venv/bin/python3 {self.remote}/venv/bin/out", cwd="/")
+            self.assertEqual(r.stdout, "/usr/bin/python3\n../../outside\n")
+            out = Path(self.local, "back")
+            await e.download_dir(self.remote + "/venv", out)
+            self.assertEqual((os.readlink(out / "bin" / "python3"), os.readlink(out / "bin" / "out")),
+                             ("/usr/bin/python3", "../../outside"))
+            await e.exec(f"rm -rf {self.remote}", cwd="/")
         self.run_async(go())
 
     def test_without_harbor_a_clear_error(self) -> None:

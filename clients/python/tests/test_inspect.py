@@ -617,7 +617,13 @@ class Adapter(unittest.TestCase):
         self.assertEqual(ri.bridge_argv({"pod": "agent-0", "kube_container": "task", "namespace": "evals",
                                          "context": "gke", "socket": "/run/relayd/s"}),
                          ["kubectl", "--context", "gke", "-n", "evals", "exec", "-i", "agent-0", "-c", "task", "--",
-                          "relayd", "bridge", "--socket", "/run/relayd/s"])
+                          "/opt/relayd/relayd", "bridge", "--socket", "/run/relayd/s"])
+        # deploy/kubernetes's Pods have relayd at /opt/relayd/relayd, not on their PATH (issue 44);
+        # relayd_path names another.
+        self.assertEqual(ri.bridge_argv({"pod": "agent-0", "relayd_path": "/usr/local/bin/relayd"})[-2:],
+                         ["/usr/local/bin/relayd", "bridge"])
+        self.assertEqual(ri.bridge_argv({"container": "c", "relayd_path": "/opt/r"})[-2:], ["/opt/r", "bridge"])
+        self.assertEqual(ri.sandbox_config({"pod": "p", "relayd_path": "/opt/r"})["relayd_path"], "/opt/r")
         self.assertEqual(ri.sandbox_config("trial-2"), {"container": "trial-2", **ri.sandbox_config(None)})
         with self.assertRaises(ValueError):
             ri.sandbox_config({"containr": "x"})

@@ -8,14 +8,22 @@ from typing import Any, List, Mapping
 
 #: The settings bridge_argv reads.
 FIELDS = ("container", "compose_service", "compose_project", "pod", "kube_container", "namespace", "context",
-          "command", "socket")
+          "command", "socket", "relayd_path")
+
+#: Where relayd is in the Pods of deploy/kubernetes (its init container's
+#: ``relayd install /opt/relayd/relayd``): not on their PATH.
+KUBERNETES_RELAYD = "/opt/relayd/relayd"
 
 
 def bridge_argv(cfg: Mapping[str, Any]) -> List[str]:
     """The command whose stdin and stdout reach relayd: ``command`` as
     given, else docker compose, kubectl or docker exec, each running
-    ``relayd bridge`` (with ``--socket`` when set) in the container."""
-    bridge = ["relayd", "bridge"] + (["--socket", str(cfg["socket"])] if cfg.get("socket") else [])
+    ``relayd bridge`` (with ``--socket`` when set) in the container:
+    ``relayd_path`` when set, else ``relayd`` on the container's PATH, in
+    a Pod (``pod``) /opt/relayd/relayd, where deploy/kubernetes puts it."""
+    default = KUBERNETES_RELAYD if cfg.get("pod") and not cfg.get("compose_service") else "relayd"
+    bridge = [str(cfg.get("relayd_path") or default), "bridge"] + (
+        ["--socket", str(cfg["socket"])] if cfg.get("socket") else [])
     if cfg.get("command"):
         return [str(a) for a in cfg["command"]]
     if cfg.get("compose_service"):

@@ -24,31 +24,51 @@ what Harbor's own Docker environment does, as its callers expect:
   what Harbor's raises, ``RuntimeError("Command timed out after N
   seconds")``. A cancelled ``exec`` (Harbor's ``asyncio.wait_for`` around
   the agent) closes its connection, so relayd settles what that command
-  runs instead of leaving it behind.
-- files: relayd's ``put``/``get`` (chunked, sha256-checked, atomic).
+  runs instead of leaving it behind. Harbor returns all a command wrote:
+  the overlay gives relayd 16 MiB of stdout (and stderr) per execution,
+  and past relayd's limit ``exec`` raises RuntimeError, never returning
+  a cut output. A ``cwd`` that is no directory, or a ``user`` the
+  container lacks, is exit 126 with the container runtime's message as
+  the output, as ``docker exec`` gives.
+- files: relayd's ``put``/``get`` (chunked, sha256-checked, atomic), with
+  ``docker cp``'s rules: ``upload_file`` onto a directory writes the
+  source's name inside it, onto a symbolic link where the link points
+  (read once, as docker's client does; relayd itself follows no link a
+  subject could have made on the way), with the source's mode.
   Directories are the client's ``upload_dir``/``download_dir``: one tar
   file over put/get, unpacked on the other side by relayd itself, or by
   ``tar`` where relayd serves no trees (see ``relayd_client._dirs`` for
-  why not tar over stdin). Downloads read with
+  why not tar over stdin), symbolic links kept as they are
+  (``links="keep"``). Downloads keep the modes the container has (a 0640
+  file, an empty 0700 directory), as ``docker cp`` does. A failed
+  transfer raises RelaydTransferError, a RuntimeError as Harbor's failed
+  ``docker compose cp`` is. Downloads read with
   the trial's user's rights: ``default_user`` when Harbor set one (root
   when that is root); between phases, the last one Harbor set that a
   command ran under (it downloads artifacts after the agent's phase);
   else the user relayd runs subjects as (``--subject-user``), asked once.
   So a symlink the agent planted cannot make a download copy what only
-  root may read (relayd's token) to the host. Uploads keep relayd's rights, as Harbor's ``docker cp``: Harbor
-  puts files where only root may write (``/tests``), and relayd replaces
-  a symlink at a target instead of following it.
+  root may read (relayd's token) to the host. Uploads keep relayd's
+  rights, as Harbor's ``docker cp``: Harbor puts files where only root
+  may write (``/tests``).
 - ``end_agent_phase(keep=..., keep_ports=...)``: the trial boundary
   (``verify(all=True, survivors="settle")``): every execution ends and what
   they left is settled, but for the kept pids (and the processes listening
-  on ``keep_ports``). It is also drawn on its own before every verifier
-  run, at the verifier's first upload of its tests (``upload_dir`` to
-  ``/tests``, what Harbor's Verifier does first; a step of a multi-step
-  task runs one after each agent step) whenever a command has run since
-  the last boundary, unless ``relayd_boundary_before_tests=False``; what an
-  explicit ``end_agent_phase`` kept stays kept at that one. So nothing an
-  agent step started runs into its verifier's time.
-- the verifier's files (protocol 4.9): once the environment has started,
+  on ``keep_ports``), each with its descendants.
+- The boundary before the tests. Harbor leaves what the agent started
+  running into the verifier's phase, and many tasks check a server the
+  agent was asked to start. Harbor never calls ``end_agent_phase``, so a
+  boundary is drawn where a verifier begins: at its first upload of its
+  tests (``upload_dir`` to ``/tests``, what Harbor's Verifier does first;
+  a step of a multi-step task runs one after each agent step) whenever a
+  command has run since the last boundary. By default
+  (``relayd_boundary_before_tests="listeners"``) it keeps every process
+  that listens on a TCP port (whatever its user), with its descendants,
+  the ports of ``relayd_keep_ports``, and what an explicit
+  ``end_agent_phase`` kept, and settles the rest; ``"all"`` settles all
+  but those named; ``"none"`` (or false) draws none. What it kept and
+  settled is logged and left in ``relayd_last_boundary``.
+- The verifier's files (protocol 4.9): once the environment has started,
   ``start`` marks the task's workdir (or ``relayd_mark_paths``) and the
   verifier's directories (``relayd_protect``, default ``/tests`` and
   ``/logs/verifier``), keeping the latter's content. At the verifier's
@@ -67,8 +87,10 @@ strings): ``relayd_token_file`` (default ``$RELAYD_TOKEN_FILE``) or
 shell's, reaching ``relayd bridge``; default: ``docker exec -i MAIN relayd
 bridge``); ``relayd_image`` (default ``$RELAYD_IMAGE`` or ``relayd:dev``),
 from which ``start`` copies the binary that the overlay mounts, unless
-``$RELAYD_BIN`` names one; ``relayd_merge_stderr`` and
-``relayd_boundary_before_tests`` (default true). Harbor itself is imported
+``$RELAYD_BIN`` names one; ``relayd_merge_stderr`` (default true), ``relayd_boundary_before_tests``
+(``listeners``, ``all`` or ``none``) and ``relayd_keep_ports`` (e.g.
+``8000,8080``); ``relayd_protect`` and ``relayd_mark_paths`` (paths,
+comma-separated; ``none`` for none). Harbor itself is imported
 only when the class is first used (this module imports without it);
 without Harbor that raises ImportError saying so. The token is never
 logged or put on a command line. What a command used (protocol 4.8) is not
@@ -511,9 +533,9 @@ class RelaydEnvironmentMixin:
             Client.download_dir(c, source_dir, str(target_dir), user=user, timeout=None, **_LINKS_KEEP)
             # Modes as docker cp keeps them (the host's extraction leaves out group and others' write bits,
             # and gives directories its own): what the container has, never through a link on either side.
+            # What find could list (a directory the user may not read is left out, as its members are).
             x = c.execute("sh", ["-c", _MODES, "sh", source_dir], cwd="/", user=user, capture_stderr=True)
-            if x.exit_code == 0:
-                _chmod_tree(str(target_dir), x.stdout)
+            _chmod_tree(str(target_dir), x.stdout or "")
 
         await self._relayd_transfer("download_dir", source_dir, target_dir, get)
 

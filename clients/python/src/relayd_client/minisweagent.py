@@ -87,6 +87,8 @@ class RelaydEnvironmentConfig:
     """A command whose stdin and stdout reach relayd (e.g. ``relayd bridge`` through an exec channel)."""
     socket: Optional[str] = None
     """relayd's --socket in the container, for relayd bridge."""
+    relayd_path: Optional[str] = None
+    """relayd in the container (default: relayd on its PATH; /opt/relayd/relayd in a pod)."""
     address: Optional[str] = None
     """relayd's HOST:PORT, instead of a bridge."""
     token_file: Optional[str] = None

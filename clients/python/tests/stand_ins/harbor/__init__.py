@@ -21,12 +21,29 @@ Docker images on delete (#1861)"):
   _run_docker_compose_command, start, stop, and what its exec does with
   cwd (``cwd or task_env_config.workdir``), user (``-u str(user)``),
   stderr (merged into stdout: ``stderr=STDOUT``, so ``stderr`` is None),
-  empty output (None) and timeout_sec (``RuntimeError("Command timed out
-  after N seconds")``): its exec raises here, and test_harbor.py holds the
-  adapter's to these;
+  empty output (None), output of any size (``communicate()``, no limit),
+  what docker exec gives for a cwd that is no directory or a user the
+  container lacks (exit 126, the runtime's message in that one stream),
+  and timeout_sec (``RuntimeError("Command timed out after N
+  seconds")``); and environments/docker/docker_unix.py, its files:
+  ``docker compose cp`` (``check=True``: a failure is RuntimeError),
+  ``upload_file`` as ``cp SRC main:TARGET`` (into TARGET when it is a
+  directory, through it when it is a symbolic link: docker's client
+  reads the link once), ``upload_dir`` as ``cp SRC/. main:TARGET``,
+  downloads as ``cp main:SRC[/.] TARGET`` after a ``chown`` to the
+  host's user as root, keeping modes and symbolic links as they are.
+  Its exec and file methods raise here, and test_harbor.py holds the
+  adapter's to these (the chown before a download is left out: the
+  adapter reads as the trial's user instead);
 - environments/factory.py: create_environment_from_import_path;
 - models/task/config.py: the EnvironmentConfig fields the environment reads;
 - verifier/verifier.py: the calls Verifier.verify makes on the environment,
-  in order (tests uploaded, chmod as root, the test run as the default user).
+  in order (tests uploaded, chmod as root, the test run as the default
+  user), and AddTestsDirError around a failed upload;
+- trial order (trial/single_step.py, multi_step.py): the agent's phase
+  under its user, artifacts downloaded, the verifier's directories reset
+  as root, then Verifier.verify, with nothing the agent started stopped
+  in between (Harbor calls no end of the agent's phase): test_harbor.py
+  plays it in that order.
 
 No code of Harbor's is copied; pydantic models are plain classes here."""
