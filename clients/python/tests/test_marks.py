@@ -14,21 +14,20 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import secrets
 import shutil
 import sys
 import tempfile
 import unittest
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict
 from unittest import mock
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "stand_ins"))
 
 import relayd_client.harbor as rh  # noqa: E402
-from relayd_client import (AsyncClient, Changes, Client, FileEntry, Marked, NotFoundError, ProtocolError,  # noqa: E402
-                           Recycled, Restored)
-from relayd_fixture import NoLeaks, Relayd, RelaydTest, alive, read_pid, relayd_binary, wait_for  # noqa: E402
+from relayd_client import (AsyncClient, Changes, Client, FileEntry, Marked, ProtocolError, Recycled,  # noqa: E402
+                           Restored)
+from relayd_fixture import NoLeaks, Relayd, RelaydTest, alive, read_pid, relayd_binary  # noqa: E402
 
 
 def sha(b: bytes) -> str:
