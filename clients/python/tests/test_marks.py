@@ -25,8 +25,8 @@ from unittest import mock
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "stand_ins"))
 
 import relayd_client.harbor as rh  # noqa: E402
-from relayd_client import (AsyncClient, Changes, Client, FileEntry, Marked, ProtocolError, Recycled,  # noqa: E402
-                           Restored)
+from relayd_client import (AsyncClient, Changes, Client, FileEntry, Marked, NotFoundError, ProtocolError,  # noqa: E402
+                           Recycled, Restored)
 from relayd_fixture import NoLeaks, Relayd, RelaydTest, alive, read_pid, relayd_binary  # noqa: E402
 
 
@@ -173,7 +173,7 @@ class MarksTest(TreeTest):
             with self.assertRaises(ProtocolError):
                 c.mark("m", [self.tree])  # it exists
             c.unmark("m")
-            with self.assertRaises(ProtocolError):
+            with self.assertRaises(NotFoundError):
                 c.changes("m")
             c.mark("m", [self.tree])  # the name is free again
 

@@ -373,8 +373,8 @@ class Client:
         recorded): ``added``, ``modified`` (each with ``was`` and
         ``what``) and ``deleted`` entries, found by a stat walk; touches
         nothing. A modification time set back does not hide a change; a
-        file rewritten with the same bytes is none. NotFoundError or
-        BadRequestError for a mark relayd does not hold."""
+        file rewritten with the same bytes is none. NotFoundError for a
+        mark relayd does not hold (restore and unmark too)."""
         r = self._call(_wire.mark_use_message("changes", mark, paths), "changes", self._fs_wait(timeout))
         assert isinstance(r, Changes)
         return r
