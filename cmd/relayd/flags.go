@@ -126,7 +126,7 @@ func parseFlags(args []string, getenv func(string) string) (options, *pflag.Flag
 	fs.Var(&o.sessionBuffer, "session-buffer", "terminal output kept per pty session for read (4.7)")
 	fs.Var(&o.maxStdinBuffer, "max-stdin-buffer", "unread input (input, stdin messages) held per execution; past it relayd stops reading that connection until the subject reads")
 	fs.StringVar(&o.artifactsDir, "artifacts-dir", o.artifactsDir, "directory for each execution's complete stdout and stderr")
-	fs.StringVar(&o.stateDir, "state-dir", o.stateDir, "directory where relayd records its running process-group scopes, so that a relayd started after this one is killed settles what it left running")
+	fs.StringVar(&o.stateDir, "state-dir", o.stateDir, "directory where relayd records its running process-group scopes, so that a relayd started after this one is killed settles what it left running, and keeps its marks (protocol 4.9)")
 	fs.StringVar(&o.socket, "socket", o.socket, "Unix socket (mode 0600) relayd also serves in listen mode, for relayd bridge: a controller reaches relayd through any exec channel (docker exec -i C relayd bridge); empty turns it off")
 	fs.Var(&o.artifactLimit, "max-artifact-bytes", "most bytes of one stream kept in --artifacts-dir per execution; past it the artifact stops growing and the rest is drained and dropped")
 	fs.Var(&o.maxFileBytes, "max-file-bytes", "largest file a put or get moves (e.g. 1GiB)")

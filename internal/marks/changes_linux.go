@@ -113,7 +113,7 @@ func (s *Store) changes(name string, paths []string, max int, stop <-chan struct
 	for _, p := range append(append([]string(nil), meta.Paths...), meta.Keep...) {
 		named[p] = true
 	}
-	w := &walker{named: named, skip: append(append([]string(nil), meta.Exclude...), meta.Internal...), stop: stop, visit: d.visit}
+	w := &walker{named: named, skip: append(append([]string(nil), meta.Exclude...), meta.Internal...), stop: stop, visit: d.visit, gone: true}
 	for _, r := range roots {
 		if err := w.root(r); err != nil {
 			return nil, err

@@ -125,3 +125,30 @@ func TestMarkChangesRestore(t *testing.T) {
 		t.Errorf("%d objects left after unmark", len(objs))
 	}
 }
+
+// changes narrowed to a path whose parent was swapped for a symbolic link
+// lists what the mark had there as deleted, rather than failing (an
+// agent must not make the boundary's files unreadable that way).
+func TestChangesUnderSwappedParent(t *testing.T) {
+	root := t.TempDir()
+	victim := t.TempDir()
+	write(t, filepath.Join(root, "tests", "sub", "t.py"), "t")
+	write(t, filepath.Join(victim, "sub", "t.py"), "t")
+	s, err := Open(Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Mark(Request{Name: "m", Paths: []string{root}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(filepath.Join(root, "tests"))
+	os.Symlink(victim, filepath.Join(root, "tests"))
+	c, err := s.Changes("m", []string{filepath.Join(root, "tests", "sub")}, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{root + "/tests/sub", root + "/tests/sub/t.py"}
+	if got := listed(c.Deleted); !slices.Equal(got, want) || len(c.Added) != 0 {
+		t.Fatalf("deleted %q added %q; want %q", got, listed(c.Added), want)
+	}
+}

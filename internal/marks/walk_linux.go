@@ -35,6 +35,11 @@ type walker struct {
 	skip  []string        // excluded paths and relayd's own
 	visit visitFunc
 	stop  <-chan struct{}
+	// gone: a path whose ancestor is no longer a directory (a link or a
+	// file now) holds nothing, rather than being an error (changes: its
+	// entries are deleted; the ancestor's change is listed by a wider
+	// look).
+	gone bool
 }
 
 // topRoots returns the paths, cleaned and sorted in walk order, without
@@ -110,7 +115,7 @@ func (w *walker) root(p string) error {
 	}
 	pfd, err := openPath(filepath.Dir(p))
 	if err != nil {
-		if errors.Is(err, unix.ENOENT) {
+		if errors.Is(err, unix.ENOENT) || w.gone && (errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR)) {
 			return nil // nothing there: every entry under it is absent
 		}
 		return err
