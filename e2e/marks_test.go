@@ -336,8 +336,10 @@ func listTree(t *testing.T, dir string) []string {
 	return out
 }
 
-// A restore racing readers: each read of the file sees the agent's
-// content or the mark's, whole, never a mix.
+// A restore racing a writer and readers: the writer keeps putting the
+// agent's content in place (by rename, whole); each read sees the
+// agent's content or the mark's, whole, never a mix; a restore once the
+// writer stopped leaves the mark's.
 func TestMarkRestoreRacingReader(t *testing.T) {
 	d := startRelayd(t, opts{})
 	cl := d.connect()
@@ -356,6 +358,21 @@ func TestMarkRestoreRacingReader(t *testing.T) {
 		bad   []string
 		reads int
 	)
+	wg.Add(1)
+	go func() { // the writer
+		defer wg.Done()
+		tmp := f + ".agent"
+		for i := 0; ; i++ {
+			if err := os.WriteFile(tmp, agentContent, 0o644); err == nil {
+				os.Rename(tmp, f)
+			}
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+	}()
 	for range 2 {
 		wg.Add(1)
 		go func() {
@@ -365,8 +382,10 @@ func TestMarkRestoreRacingReader(t *testing.T) {
 				mu.Lock()
 				reads++
 				switch {
-				case err != nil:
+				case err != nil && !os.IsNotExist(err):
 					bad = append(bad, err.Error())
+				case err != nil:
+					bad = append(bad, "the file was missing")
 				case !bytes.Equal(b, markContent) && !bytes.Equal(b, agentContent):
 					bad = append(bad, fmt.Sprintf("a read of %d bytes that is neither", len(b)))
 				}
@@ -379,12 +398,15 @@ func TestMarkRestoreRacingReader(t *testing.T) {
 			}
 		}()
 	}
-	cl.restore("m")
+	for range 3 {
+		cl.restore("m")
+	}
 	close(stop)
 	wg.Wait()
 	if len(bad) > 0 {
 		t.Fatalf("%d of %d reads saw a mix: %q", len(bad), reads, bad[:min(len(bad), 5)])
 	}
+	cl.restore("m")
 	if b, _ := os.ReadFile(f); !bytes.Equal(b, markContent) {
 		t.Fatal("the file does not hold the mark's content after the restore")
 	}
