@@ -15,11 +15,13 @@ import (
 )
 
 // The example harness (examples/harness.py, on the Python client) runs its
-// four trials against task containers made the README's way, and prints
-// the outcome a harness records for each: a solver passes, a service its
-// agent left running survives into the verifier, a wrong answer fails, and
-// an agent past its deadline is settled and recorded as a timeout. Every
-// container it started is gone afterwards.
+// four trials in one task container made the README's way, recycled
+// between them (protocol 4.9), and prints the outcome a harness records
+// for each: a solver passes, a service its agent left running survives
+// into the verifier, a wrong answer fails, and an agent past its deadline
+// is settled and recorded as a timeout; each lists the files its agent
+// changed, as added, since the recycling put the workspace back each
+// time. Every container it started is gone afterwards.
 func TestDockerExampleHarness(t *testing.T) {
 	image := evalImage(t)
 	const python = "/usr/bin/python3" // the system's interpreter, as make pytest uses
@@ -77,10 +79,10 @@ func TestDockerExampleHarness(t *testing.T) {
 		t.Fatalf("trials printed %v; want solver, service, wrong, slowpoke, one line each", order)
 	}
 	want := map[string]map[string]string{
-		"solver":   {"outcome": "passed", "agent": "exited/0", "settlement": "none", "survivors": "0", "verifier": "0", "diagnostic": "none", "result": `{"answer":42}`},
-		"service":  {"outcome": "passed", "agent": "exited/0", "settlement": "none", "survivors": "1", "verifier": "0", "diagnostic": "none", "result": `{"answer":42}`},
-		"wrong":    {"outcome": "failed", "agent": "exited/1", "settlement": "none", "survivors": "0", "verifier": "1", "diagnostic": "result-frame-missing", "result": "-"},
-		"slowpoke": {"outcome": "agent_timeout", "agent": "framework_timeout/124", "settlement": "settled", "survivors": "0", "verifier": "1", "diagnostic": "result-frame-missing", "result": "-"},
+		"solver":   {"outcome": "passed", "agent": "exited/0", "settlement": "none", "survivors": "0", "verifier": "0", "diagnostic": "none", "changed": "A:answer.txt", "recycled": "yes", "result": `{"answer":42}`},
+		"service":  {"outcome": "passed", "agent": "exited/0", "settlement": "none", "survivors": "1", "verifier": "0", "diagnostic": "none", "changed": "A:answer.txt,A:service.pid", "recycled": "yes", "result": `{"answer":42}`},
+		"wrong":    {"outcome": "failed", "agent": "exited/1", "settlement": "none", "survivors": "0", "verifier": "1", "diagnostic": "result-frame-missing", "changed": "A:answer.txt", "recycled": "yes", "result": "-"},
+		"slowpoke": {"outcome": "agent_timeout", "agent": "framework_timeout/124", "settlement": "settled", "survivors": "0", "verifier": "1", "diagnostic": "result-frame-missing", "changed": "-", "recycled": "yes", "result": "-"},
 	}
 	for trial, fields := range want {
 		for k, v := range fields {

@@ -39,6 +39,12 @@ from .errors import (
     UnknownKindError,
 )
 from .results import (
+    BoundaryFiles,
+    Changes,
+    FileEntry,
+    Marked,
+    Recycled,
+    Restored,
     DESTROYED,
     EXITED,
     FAILED,
@@ -65,6 +71,7 @@ __all__ = [
     "FileInfo",
     "Ready", "Executed", "Verified", "Status", "ExecutionStatus", "Survivor", "Diagnostic", "Output",
     "Usage", "ExecutionUsage",
+    "Marked", "Changes", "FileEntry", "Restored", "BoundaryFiles", "Recycled",
     "EXITED", "FRAMEWORK_TIMEOUT", "NONE", "SETTLED", "DESTROYED", "FAILED",
     "RelaydError", "ProtocolError", "BadJSONError", "LineTooLongError", "UnauthenticatedError",
     "BadRequestError", "UnknownKindError", "BusyError", "ShuttingDownError", "NotFoundError", "FailedError", "DirectoryError",

@@ -5,12 +5,13 @@ from __future__ import annotations
 import base64
 import hmac
 import json
+import os
 import socket
 import warnings
-from typing import IO, Any, AsyncIterable, Callable, Dict, Iterable, Iterator, Mapping, Optional, Sequence, Tuple, Union
+from typing import IO, Any, AsyncIterable, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import CLOSING, IgnoredFieldsWarning, ProtocolError, UnexpectedReplyError, error_for
-from .results import Executed, Output, Ready, Status, Survivor, Verified, ignored_of
+from .results import Changes, Executed, Marked, Output, Ready, Restored, Status, Survivor, Verified, ignored_of
 
 Address = Union[str, Tuple[str, int]]
 
@@ -44,10 +45,13 @@ DEFAULT_TEARDOWN_BUDGET = 10.0
 SETTLE_SLACK = 5.0
 # How long a reply that relayd writes at once (ready, verified, error) may take.
 DEFAULT_REPLY_TIMEOUT = 30.0
+# Beyond it, how long a mark, changes or restore (protocol 4.9) may take: a walk
+# of a tree, which a mark may copy whole.
+FS_REPLY_TIMEOUT = 600.0
 
 OnOutput = Callable[[Output], None]
 OnStarted = Callable[[str], None]
-Reply = Union[Ready, Executed, Verified, Status, Dict[str, Any]]
+Reply = Union[Ready, Executed, Verified, Status, Marked, Changes, Restored, Dict[str, Any]]
 # What verify(keep=...) takes: a Survivor as relayd listed it, or a
 # (pid, start) pair copied from one (protocol 4.6: relayd keeps a process
 # only when both match; a pid alone may name another process by then).
@@ -279,11 +283,18 @@ class Call:
             return Verified._parse(msg)
         if kind == "status":
             return Status._parse(msg)
+        if kind == "marked":
+            return Marked._parse(msg)
+        if kind == "changes":
+            return Changes._parse(msg)
+        if kind == "restored":
+            return Restored._parse(msg)
         return msg
 
 
 WANT = {"ready": "ready", "execute": "executed", "verify": "verified", "attach": "executed", "status": "status",
-        "open": "opened", "close": "closed"}
+        "open": "opened", "close": "closed", "mark": "marked", "unmark": "unmarked", "changes": "changes",
+        "restore": "restored"}
 
 
 def open_message(shell: Optional[str], user: Optional[str], cwd: Optional[str],
@@ -357,12 +368,14 @@ def keep_entry(k: KeepEntry) -> Dict[str, int]:
                     " a bare pid may name another process by now")
 
 
-def verify_message(all: bool, survivors: Optional[str], keep: Sequence[KeepEntry]) -> Dict[str, Any]:
-    """A verify request; with ``all``, the trial boundary of protocol 4.6."""
+def verify_message(all: bool, survivors: Optional[str], keep: Sequence[KeepEntry],
+                   files: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """A verify request; with ``all``, the trial boundary of protocol 4.6
+    (and with ``files``, its filesystem half, 4.9)."""
     if survivors not in (None, "leave", "settle"):
         raise ValueError(f"survivors={survivors!r}: want 'leave' or 'settle'")
-    if (survivors is not None or keep) and not all:
-        raise ValueError("survivors and keep belong to the trial boundary: give all=True")
+    if (survivors is not None or keep or files is not None) and not all:
+        raise ValueError("survivors, keep and files belong to the trial boundary: give all=True")
     msg: Dict[str, Any] = {"kind": "verify"}
     if all:
         msg["all"] = True
@@ -370,4 +383,67 @@ def verify_message(all: bool, survivors: Optional[str], keep: Sequence[KeepEntry
         msg["survivors"] = survivors
     if keep:
         msg["keep"] = [keep_entry(k) for k in keep]
+    if files is not None:
+        msg["files"] = files_field(files)
+    return msg
+
+
+# Paths a mark request names: one path, or several (str or path objects).
+PathArg = Union[str, "os.PathLike[str]"]
+Paths = Union[PathArg, Iterable[PathArg]]
+# What verify(files=...) takes (protocol 4.9): {"mark": NAME, "protect": [paths], "restore": bool}.
+BoundaryFilesSpec = Mapping[str, Any]
+
+
+def files_field(files: BoundaryFilesSpec) -> Dict[str, Any]:
+    """verify's "files" from the caller's mapping, checked for its shape
+    here (relayd checks the rest): a mark's name, the paths to protect
+    (a str alone is one path), restore true or false (default false)."""
+    if not isinstance(files, Mapping):
+        raise TypeError(f"files={files!r}: want {{'mark': NAME, 'protect': [paths], 'restore': bool}}")
+    unknown = sorted(set(files) - {"mark", "protect", "restore"})
+    if unknown:
+        raise ValueError(f"files: unknown keys {unknown}: want 'mark', 'protect' and 'restore'")
+    mark, protect, restore = files.get("mark"), files.get("protect"), files.get("restore", False)
+    if not isinstance(mark, str) or not mark:
+        raise ValueError("files: 'mark' must name a mark")
+    if not isinstance(restore, bool):
+        raise TypeError("files: 'restore' must be True or False")
+    return {"mark": mark, "protect": path_list("files['protect']", protect, True), "restore": restore}
+
+
+def path_list(what: str, paths: Optional[Paths], required: bool = False) -> List[str]:
+    """A list of paths as the wire takes it: a str (or path object) alone
+    is one path, not its characters."""
+    if paths is None:
+        if required:
+            raise ValueError(f"{what}: give at least one absolute path")
+        return []
+    items: Iterable[PathArg] = [paths] if isinstance(paths, (str, os.PathLike)) else paths
+    out = []
+    for p in items:
+        p = os.fspath(p)
+        if not isinstance(p, str):
+            raise TypeError(f"{what}: {p!r}: want str paths (relayd takes paths as JSON text)")
+        out.append(p)
+    if required and not out:
+        raise ValueError(f"{what}: give at least one absolute path")
+    return out
+
+
+def mark_message(name: str, paths: Paths, exclude: Optional[Paths], keep: Optional[Paths]) -> Dict[str, Any]:
+    """A mark request (protocol 4.9) without token and id."""
+    msg: Dict[str, Any] = {"kind": "mark", "name": name, "paths": path_list("mark: paths", paths, True)}
+    if exclude is not None:
+        msg["exclude"] = path_list("mark: exclude", exclude)
+    if keep is not None:
+        msg["keep"] = path_list("mark: keep", keep)
+    return msg
+
+
+def mark_use_message(kind: str, mark: str, paths: Optional[Paths]) -> Dict[str, Any]:
+    """A changes or restore request (protocol 4.9): the mark, narrowed to paths."""
+    msg: Dict[str, Any] = {"kind": kind, "mark": mark}
+    if paths is not None:
+        msg["paths"] = path_list(f"{kind}: paths", paths, True)
     return msg

@@ -16,9 +16,9 @@ from typing import IO, Any, AsyncIterator, Dict, FrozenSet, List, Mapping, Optio
 
 from . import _dirs, _files, _wire
 from ._files import FileInfo
-from ._wire import Address, AsyncStdinSource, KeepEntry, OnOutput, OnStarted
+from ._wire import Address, AsyncStdinSource, BoundaryFilesSpec, KeepEntry, OnOutput, OnStarted, Paths
 from .errors import ConnectionLostError, ProtocolError, RelaydError, ReplyTimeoutError, UnexpectedReplyError
-from .results import Executed, Ready, Status, Verified
+from .results import Changes, Executed, Marked, Ready, Recycled, Restored, Status, Verified
 
 __all__ = ["AsyncClient", "AsyncListener"]
 
@@ -271,21 +271,26 @@ class AsyncClient:
         return r
 
     async def verify(self, *, all: bool = False, survivors: Optional[str] = None, keep: Sequence[KeepEntry] = (),
-                     timeout: Optional[float] = None) -> Verified:
+                     files: Optional[BoundaryFilesSpec] = None, timeout: Optional[float] = None) -> Verified:
         """As Client.verify: this connection's boundary (protocol 4.3);
         ``all=True`` is boundary(). ``keep`` holds survivors, or
         ``(pid, start)`` pairs, never bare pids."""
-        msg = _wire.verify_message(all, survivors, keep)
+        msg = _wire.verify_message(all, survivors, keep, files)
         wait = timeout if timeout is not None else self.reply_timeout + self.teardown_budget * (2 if all else 1)
+        if files is not None and timeout is None:
+            wait += _wire.FS_REPLY_TIMEOUT
         r = await self._call(msg, "verified", wait)
         assert isinstance(r, Verified)
         return r
 
     async def boundary(self, *, survivors: Optional[str] = None, keep: Sequence[KeepEntry] = (),
-                       timeout: Optional[float] = None) -> Verified:
-        """As Client.boundary: the trial boundary (protocol 4.6)."""
-        msg = _wire.verify_message(True, survivors, keep)
+                       files: Optional[BoundaryFilesSpec] = None, timeout: Optional[float] = None) -> Verified:
+        """As Client.boundary: the trial boundary (protocol 4.6), with
+        ``files`` its filesystem half (4.9)."""
+        msg = _wire.verify_message(True, survivors, keep, files)
         wait = timeout if timeout is not None else self.reply_timeout + self.teardown_budget * 2
+        if files is not None and timeout is None:
+            wait += _wire.FS_REPLY_TIMEOUT
         r = await self._call(msg, "verified", wait)  # not through verify(): a warning points at the caller's line
         assert isinstance(r, Verified)
         return r
@@ -295,6 +300,40 @@ class AsyncClient:
         r = await self._call({"kind": "status"}, "status", self.reply_timeout if timeout is None else timeout)
         assert isinstance(r, Status)
         return r
+
+    # -- the filesystem half of the boundary (protocol 4.9) --
+
+    async def mark(self, name: str, paths: Paths, exclude: Optional[Paths] = None, keep: Optional[Paths] = None, *,
+                   timeout: Optional[float] = None) -> Marked:
+        """As Client.mark: record the entries under ``paths``, keep the content under ``keep``."""
+        r = await self._call(_wire.mark_message(name, paths, exclude, keep), "marked", self._fs_wait(timeout))
+        assert isinstance(r, Marked)
+        return r
+
+    async def changes(self, mark: str, paths: Optional[Paths] = None, *, timeout: Optional[float] = None) -> Changes:
+        """As Client.changes: what differs from ``mark``, touching nothing."""
+        r = await self._call(_wire.mark_use_message("changes", mark, paths), "changes", self._fs_wait(timeout))
+        assert isinstance(r, Changes)
+        return r
+
+    async def restore(self, mark: str, paths: Optional[Paths] = None, *, timeout: Optional[float] = None) -> Restored:
+        """As Client.restore: ``paths`` (default: every kept subtree) put back as marked."""
+        r = await self._call(_wire.mark_use_message("restore", mark, paths), "restored", self._fs_wait(timeout))
+        assert isinstance(r, Restored)
+        return r
+
+    async def unmark(self, name: str, *, timeout: Optional[float] = None) -> None:
+        """As Client.unmark: free the mark ``name``."""
+        await self._call({"kind": "unmark", "name": name}, "unmarked", self._fs_wait(timeout), raw=True)
+
+    async def recycle(self, mark: str, *, timeout: Optional[float] = None) -> Recycled:
+        """As Client.recycle: the boundary settling every survivor, then a
+        restore of every kept subtree of ``mark``."""
+        v = await self.boundary(survivors="settle", timeout=timeout)
+        return Recycled(boundary=v, restored=await self.restore(mark, timeout=timeout))
+
+    def _fs_wait(self, timeout: Optional[float]) -> float:
+        return self.reply_timeout + _wire.FS_REPLY_TIMEOUT if timeout is None else timeout
 
     async def session(self, *, shell: Optional[str] = None, user: Optional[str] = None, cwd: Optional[str] = None,
                       environment: Optional[Mapping[str, str]] = None, credentials: Optional[Mapping[str, str]] = None,

@@ -22,9 +22,9 @@ from typing import IO, Any, Dict, FrozenSet, Iterator, List, Mapping, Optional, 
 
 from . import _dirs, _files, _wire
 from ._files import FileInfo
-from ._wire import Address, KeepEntry, OnOutput, OnStarted, StdinSource
+from ._wire import Address, BoundaryFilesSpec, KeepEntry, OnOutput, OnStarted, Paths, StdinSource
 from .errors import ConnectionLostError, ProtocolError, RelaydError, ReplyTimeoutError, UnexpectedReplyError
-from .results import Executed, Ready, Status, Verified
+from .results import Changes, Executed, Marked, Ready, Recycled, Restored, Status, Verified
 
 __all__ = ["Client", "Listener", "serve"]
 
@@ -296,7 +296,7 @@ class Client:
         return r
 
     def verify(self, *, all: bool = False, survivors: Optional[str] = None, keep: Sequence[KeepEntry] = (),
-               timeout: Optional[float] = None) -> Verified:
+               files: Optional[BoundaryFilesSpec] = None, timeout: Optional[float] = None) -> Verified:
         """This connection's verification boundary (protocol 4.3): relayd
         ends what still runs on this connection and reports whether the
         session is quiescent; other connections' executions run on. For the
@@ -306,23 +306,36 @@ class Client:
         for existing callers. ``keep`` holds survivors as relayd listed them
         (or ``(pid, start)`` pairs copied from them): relayd keeps a process only if its pid and start time
         both match, so a process that took the pid of a service since is
-        settled; a bare pid is a TypeError."""
-        msg = _wire.verify_message(all, survivors, keep)
+        settled; a bare pid is a TypeError. ``files`` (with ``all``) is
+        boundary()'s."""
+        msg = _wire.verify_message(all, survivors, keep, files)
         wait = timeout if timeout is not None else self.reply_timeout + self.teardown_budget * (2 if all else 1)
+        if files is not None and timeout is None:
+            wait += _wire.FS_REPLY_TIMEOUT
         r = self._call(msg, "verified", wait)
         assert isinstance(r, Verified)
         return r
 
     def boundary(self, *, survivors: Optional[str] = None, keep: Sequence[KeepEntry] = (),
-                 timeout: Optional[float] = None) -> Verified:
+                 files: Optional[BoundaryFilesSpec] = None, timeout: Optional[float] = None) -> Verified:
         """The trial boundary (protocol 4.6; ``relayctl verify``): every
         execution of relayd ends, on any connection or detached, and
         ``survivors`` lists what every execution left; ``survivors="settle"``
         settles those too, except the processes in ``keep`` (survivors as
         relayd listed them, or ``(pid, start)`` pairs) and their descendants. The connection stays open; ``boundary`` on the reply
-        numbers it from 1."""
-        msg = _wire.verify_message(True, survivors, keep)
+        numbers it from 1.
+
+        ``files={"mark": NAME, "protect": [paths], "restore": True}``
+        (protocol 4.9) is the filesystem half: once the processes are
+        settled, the reply's ``tampered`` lists what changed under
+        ``protect`` since the mark (each entry with its ``change``), and
+        with ``restore`` those paths are put back as marked before relayd
+        replies (``files.restored``), so that the verifier starts on the
+        files the controller put there."""
+        msg = _wire.verify_message(True, survivors, keep, files)
         wait = timeout if timeout is not None else self.reply_timeout + self.teardown_budget * 2
+        if files is not None and timeout is None:
+            wait += _wire.FS_REPLY_TIMEOUT
         r = self._call(msg, "verified", wait)  # not through verify(): a warning points at the caller's line
         assert isinstance(r, Verified)
         return r
@@ -336,6 +349,61 @@ class Client:
         r = self._call({"kind": "status"}, "status", self._wait(timeout))
         assert isinstance(r, Status)
         return r
+
+    # -- the filesystem half of the boundary (protocol 4.9) --
+
+    def mark(self, name: str, paths: Paths, exclude: Optional[Paths] = None, keep: Optional[Paths] = None, *,
+             timeout: Optional[float] = None) -> Marked:
+        """Record the state of every entry under ``paths`` (absolute) as the
+        mark ``name``: type, mode, owner, size, times, link target, content
+        digest, and the kernel's change time, which user space cannot set
+        back. ``exclude`` leaves subtrees out; the content under ``keep``
+        is kept too (in relayd's state directory, out of every subject's
+        reach), so that restore() can put it back. The mark outlives this
+        connection and a restart of relayd; unmark() frees it.
+        BadRequestError for a name that exists, or a mark whose kept
+        content would pass relayd's --mark-bytes (nothing written then).
+        ``timeout`` (seconds) bounds the wait; by default 10 minutes."""
+        r = self._call(_wire.mark_message(name, paths, exclude, keep), "marked", self._fs_wait(timeout))
+        assert isinstance(r, Marked)
+        return r
+
+    def changes(self, mark: str, paths: Optional[Paths] = None, *, timeout: Optional[float] = None) -> Changes:
+        """What differs from ``mark`` (under ``paths``, else all it
+        recorded): ``added``, ``modified`` (each with ``was`` and
+        ``what``) and ``deleted`` entries, found by a stat walk; touches
+        nothing. A modification time set back does not hide a change; a
+        file rewritten with the same bytes is none. NotFoundError for a
+        mark relayd does not hold (restore and unmark too)."""
+        r = self._call(_wire.mark_use_message("changes", mark, paths), "changes", self._fs_wait(timeout))
+        assert isinstance(r, Changes)
+        return r
+
+    def restore(self, mark: str, paths: Optional[Paths] = None, *, timeout: Optional[float] = None) -> Restored:
+        """Put ``paths`` (any entries inside the mark's ``keep``; default:
+        every kept subtree) back as they were at ``mark``: what was added
+        removed, what was modified or deleted written back, modes, owners,
+        link targets and times reset; never through a symlink the agent
+        placed, each file replaced whole. changes() for them is empty
+        afterwards. A restore that could not finish names what it left in
+        ``not_restored`` (``complete`` is then False). BadRequestError for a
+        path outside the mark's keep."""
+        r = self._call(_wire.mark_use_message("restore", mark, paths), "restored", self._fs_wait(timeout))
+        assert isinstance(r, Restored)
+        return r
+
+    def unmark(self, name: str, *, timeout: Optional[float] = None) -> None:
+        """Free the mark ``name`` and the content only it kept."""
+        self._call({"kind": "unmark", "name": name}, "unmarked", self._fs_wait(timeout), raw=True)
+
+    def recycle(self, mark: str, *, timeout: Optional[float] = None) -> Recycled:
+        """Hand a used container to the next trial (protocol 4.9,
+        "Recycling a container"): the trial boundary with every survivor
+        settled, then a restore of every kept subtree of ``mark``. Returns
+        both replies' evidence; ``pristine`` says whether the processes are
+        gone (confirmed) and the kept files are as marked."""
+        v = self.boundary(survivors="settle", timeout=timeout)
+        return Recycled(boundary=v, restored=self.restore(mark, timeout=timeout))
 
     def session(self, *, shell: Optional[str] = None, user: Optional[str] = None, cwd: Optional[str] = None,
                 environment: Optional[Mapping[str, str]] = None, credentials: Optional[Mapping[str, str]] = None,
@@ -581,6 +649,10 @@ class Client:
 
     def _wait(self, timeout: Optional[float]) -> float:
         return self.reply_timeout if timeout is None else timeout
+
+    def _fs_wait(self, timeout: Optional[float]) -> float:
+        """How long a mark, changes or restore may take: a walk of a tree."""
+        return self.reply_timeout + _wire.FS_REPLY_TIMEOUT if timeout is None else timeout
 
     def _call(
         self,

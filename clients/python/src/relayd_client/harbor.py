@@ -68,6 +68,18 @@ what Harbor's own Docker environment does, as its callers expect:
   ``end_agent_phase`` kept, and settles the rest; ``"all"`` settles all
   but those named; ``"none"`` (or false) draws none. What it kept and
   settled is logged and left in ``relayd_last_boundary``.
+- The verifier's files (protocol 4.9): once the environment has started,
+  ``start`` marks the task's workdir (or ``relayd_mark_paths``) and the
+  verifier's directories (``relayd_protect``, default ``/tests`` and
+  ``/logs/verifier``), keeping the latter's content. At the verifier's
+  first upload of its tests after a command ran, whatever the agent
+  changed there (a ``reward.txt`` written ahead, a ``conftest.py``
+  planted) is listed in ``relayd_tampered`` (logged as a warning) and put
+  back as marked, at the boundary (``files`` protect and restore) or, when
+  none is due, right after it; so the verifier starts on exactly the
+  files Harbor puts there. ``relayd_changes()`` lists what changed in the
+  marked directories since the start; ``stop`` frees the mark. A relayd
+  without marks costs a warning, nothing else.
 
 Constructor keywords (Harbor passes ``--environment-kwarg``s through, as
 strings): ``relayd_token_file`` (default ``$RELAYD_TOKEN_FILE``) or
@@ -77,7 +89,8 @@ bridge``); ``relayd_image`` (default ``$RELAYD_IMAGE`` or ``relayd:dev``),
 from which ``start`` copies the binary that the overlay mounts, unless
 ``$RELAYD_BIN`` names one; ``relayd_merge_stderr`` (default true), ``relayd_boundary_before_tests``
 (``listeners``, ``all`` or ``none``) and ``relayd_keep_ports`` (e.g.
-``8000,8080``). Harbor itself is imported
+``8000,8080``); ``relayd_protect`` and ``relayd_mark_paths`` (paths,
+comma-separated; ``none`` for none). Harbor itself is imported
 only when the class is first used (this module imports without it);
 without Harbor that raises ImportError saying so. The token is never
 logged or put on a command line. What a command used (protocol 4.8) is not
@@ -93,6 +106,7 @@ import inspect
 import logging
 import os
 import posixpath
+import secrets
 import shlex
 import stat
 import subprocess
@@ -104,15 +118,17 @@ from . import _files
 from ._wire import KeepEntry
 from .client import Client
 from .errors import BadRequestError, ConnectionLostError, RelaydError, ReplyTimeoutError
-from .results import Executed, Survivor, Verified
+from .results import Changes, Executed, FileEntry, Restored, Survivor, Verified
 
 __all__ = ["RelaydDockerEnvironment", "RelaydEnvironmentMixin", "RelaydTransferError", "COMPOSE_OVERLAY",
-           "TESTS_DIR", "BOUNDARY_LISTENERS", "BOUNDARY_ALL", "BOUNDARY_NONE"]
+           "TESTS_DIR", "VERIFIER_DIR", "BOUNDARY_LISTENERS", "BOUNDARY_ALL", "BOUNDARY_NONE"]
 
 #: The compose file that puts relayd into the task's main service.
 COMPOSE_OVERLAY = Path(__file__).with_name("harbor-relayd.yaml")
 #: Where Harbor's Verifier uploads a task's tests before it runs them.
 TESTS_DIR = "/tests"
+#: Where Harbor's verifier writes its results (the reward).
+VERIFIER_DIR = "/logs/verifier"
 
 # What Harbor's Docker environment runs: bash -c COMMAND. Here bash first
 # points its stderr at its stdout, then execs bash -c COMMAND, so COMMAND
@@ -176,6 +192,8 @@ class RelaydEnvironmentMixin:
         relayd_boundary_before_tests: Union[bool, str] = True,
         relayd_keep_ports: Union[str, Sequence[int], None] = None,
         relayd_merge_stderr: Union[bool, str] = True,
+        relayd_protect: Union[str, Sequence[str], None] = None,
+        relayd_mark_paths: Union[str, Sequence[str], None] = None,
         **kwargs: Any,
     ) -> None:
         token_file = relayd_token_file or os.environ.get("RELAYD_TOKEN_FILE")
@@ -205,6 +223,16 @@ class RelaydEnvironmentMixin:
         self._relayd_uids: Optional[Tuple[str, str]] = None
         # The last default_user Harbor set that an exec ran under: the trial's user between its phases.
         self._relayd_trial_user: Union[str, int, None] = None
+        # The filesystem half (protocol 4.9): the verifier's directories protected before its tests, the
+        # directories marked besides (None: the task's workdir), the mark's name once taken, whether a
+        # command ran since the protected directories were last put back, and what was tampered then.
+        self._relayd_protect: Optional[Tuple[str, ...]] = None if relayd_protect is None else _paths(relayd_protect)
+        self._relayd_mark_paths: Optional[Tuple[str, ...]] = (
+            None if relayd_mark_paths is None else _paths(relayd_mark_paths))
+        self._relayd_mark: Optional[str] = None
+        self._relayd_protect_due = False
+        #: What the agent changed in the verifier's directories, found (and put back) before its tests.
+        self.relayd_tampered: Tuple[FileEntry, ...] = ()
         super().__init__(*args, **kwargs)
 
     # -- Harbor's container management, extended --
@@ -218,6 +246,108 @@ class RelaydEnvironmentMixin:
             self._relayd_compose_env()
         self._relayd_ran, self._relayd_kept, self._relayd_uids, self._relayd_trial_user = False, (), None, None
         await super().start(force_build)  # type: ignore[misc]
+        await self._relayd_mark_task()
+
+    async def stop(self, delete: bool) -> None:
+        name, self._relayd_mark = self._relayd_mark, None
+        # A mark outlives connections: its content is freed here, unless the container goes with it.
+        if name is not None and not (delete and self._relayd_bridge is None):
+            try:
+                c = await asyncio.to_thread(Client.over_command, await self._relayd_argv(), self._relayd_token,
+                                            ready_timeout=10)  # once: a relayd already gone has nothing to free
+                try:
+                    await asyncio.to_thread(c.unmark, name)
+                finally:
+                    c.close()
+            except (RelaydError, OSError) as e:
+                self._relayd_log(logging.WARNING, "relayd: unmark %s failed: %s", name, e)
+        await super().stop(delete)  # type: ignore[misc]
+
+    # -- the filesystem half of the boundary (protocol 4.9) --
+
+    def _relayd_protected_dirs(self) -> Tuple[str, ...]:
+        return (TESTS_DIR, VERIFIER_DIR) if self._relayd_protect is None else self._relayd_protect
+
+    async def _relayd_mark_task(self) -> None:
+        """Marks the task's directories once the environment has started:
+        its workdir (or ``relayd_mark_paths``) and the verifier's
+        directories, whose content is kept so that they can be put back.
+        A relayd without marks gets a warning, and the trial runs as
+        before."""
+        protect = self._relayd_protected_dirs()
+        paths = self._relayd_mark_paths
+        if paths is None:
+            workdir = getattr(getattr(self, "task_env_config", None), "workdir", None)
+            paths = (str(workdir),) if workdir else ()
+        marked = list(dict.fromkeys(paths + protect))
+        if not marked:
+            return
+        name = "harbor-" + secrets.token_hex(8)
+
+        def mark(c: Client) -> bool:
+            if "marks" not in (c.first_ready or c.ready()).extensions:
+                return False
+            c.mark(name, marked, keep=list(protect) or None)
+            return True
+
+        if await self._relayd_call(mark):
+            self._relayd_mark, self._relayd_protect_due, self.relayd_tampered = name, True, ()
+        else:
+            self._relayd_log(logging.WARNING, "relayd serves no marks (protocol 4.9): the verifier's directories "
+                                              "%s are not protected; update relayd", ", ".join(protect))
+
+    def _relayd_files_due(self) -> Optional[Dict[str, Any]]:
+        """A trial boundary's files (protect, restore) when the verifier's
+        directories are due to be put back: a command ran since."""
+        protect = self._relayd_protected_dirs()
+        if self._relayd_mark is None or not self._relayd_protect_due or not protect:
+            return None
+        return {"mark": self._relayd_mark, "protect": list(protect), "restore": True}
+
+    async def _relayd_protect_now(self) -> None:
+        """Puts the verifier's directories back when no boundary did (none
+        was due): what changed there is listed, then restored."""
+        files = self._relayd_files_due()
+        if files is None:
+            return
+        mark, protect = str(files["mark"]), list(files["protect"])
+
+        def look_and_restore(c: Client) -> Tuple[Tuple[FileEntry, ...], Restored]:
+            ch = c.changes(mark, protect)
+            return ch.all(), c.restore(mark, protect)
+
+        tampered, restored = await self._relayd_call(look_and_restore)
+        self._relayd_tampered_found(tampered, restored, None)
+
+    def _relayd_tampered_found(self, tampered: Sequence[FileEntry], restored: Optional[Restored],
+                               error: Optional[str]) -> None:
+        self._relayd_protect_due = False
+        self.relayd_tampered = tuple(tampered)
+        if error:
+            self._relayd_log(logging.WARNING, "relayd could not look at the verifier's directories: %s", error)
+        if tampered:
+            self._relayd_log(logging.WARNING, "the agent changed the verifier's files (put back before the tests): %s",
+                             ", ".join(f"{e.change} {e.path}" for e in tampered[:20])
+                             + (f" and {len(tampered) - 20} more" if len(tampered) > 20 else ""))
+        if restored is not None and not restored.complete:
+            raise RuntimeError(f"relayd could not put the verifier's files back ({restored.reason}): "
+                               f"{', '.join(restored.not_restored)}")
+
+    async def relayd_changes(self, paths: Union[str, Sequence[str], None] = None) -> Changes:
+        """What changed in the task's marked directories since the
+        environment started (``paths`` narrows it): added, modified and
+        deleted entries, the agent's work included."""
+        if self._relayd_mark is None:
+            raise RuntimeError("relayd_client.harbor: no mark was taken (the environment is not started, "
+                               "or relayd serves no marks)")
+        mark = self._relayd_mark
+        ch: Changes = await self._relayd_call(Client.changes, mark, paths)
+        return ch
+
+    def _relayd_log(self, level: int, msg: str, *args: Any) -> None:
+        logger = getattr(self, "logger", None)
+        if isinstance(logger, logging.Logger):
+            logger.log(level, msg, *args)
 
     def _relayd_compose_env(self) -> None:
         """The variables the overlay reads: RELAYD_BIN (copied out of the
@@ -305,6 +435,7 @@ class RelaydEnvironmentMixin:
         timeout_ms = None if not timeout_sec else max(1, int(round(float(timeout_sec) * 1000)))
         args = _MERGED + [command] if self._relayd_merge_stderr else ["-c", command]
         self._relayd_ran = True
+        self._relayd_protect_due = self._relayd_mark is not None
         ExecResult = _harbor("harbor.environments.base").ExecResult
         try:
             r: Executed = await self._relayd_call(
@@ -386,7 +517,9 @@ class RelaydEnvironmentMixin:
                 # A verifier begins (its first upload of tests since a command ran): the boundary, keeping
                 # what an explicit end_agent_phase kept. A second upload of the same verifier finds none due.
                 await self._relayd_boundary(self._relayd_kept, self._relayd_keep_ports,
-                                            self._relayd_boundary_before_tests == BOUNDARY_LISTENERS, "before the tests")
+                                            self._relayd_boundary_before_tests == BOUNDARY_LISTENERS, "before the tests",
+                                            files=self._relayd_files_due())
+            await self._relayd_protect_now()  # the verifier's directories as marked, when no boundary put them back
             self._relayd_kept = ()  # kept for this verifier only
         # With relayd's own rights throughout (the put and the mkdir and tar around it), as upload_file.
         user = await self._relayd_upload_user()
@@ -472,7 +605,7 @@ class RelaydEnvironmentMixin:
         return await self._relayd_boundary(keep, keep_ports, False, "end_agent_phase")
 
     async def _relayd_boundary(self, keep: Sequence[Union[int, KeepEntry]], keep_ports: Sequence[int],
-                               listeners: bool, why: str) -> Verified:
+                               listeners: bool, why: str, files: Optional[Dict[str, Any]] = None) -> Verified:
         """The trial boundary keeping ``keep``, what listens on
         ``keep_ports`` and, with ``listeners``, every survivor listening on
         any TCP port (each with its descendants); logged and kept in
@@ -493,9 +626,11 @@ class RelaydEnvironmentMixin:
                 kept.extend(by_pid[p] for p in pids)
                 ports = set(keep_ports)
                 kept.extend(s for s in look if (ports & set(s.listens)) or (listeners and s.listens))
-            return c.verify(all=True, survivors="settle", keep=kept)
+            return c.verify(all=True, survivors="settle", keep=kept, files=files)
 
         v: Verified = await self._relayd_call(boundary)
+        if files is not None and v.files is not None:
+            self._relayd_tampered_found(v.tampered, v.files.restored, v.files.error)
         self._relayd_ran, self._relayd_kept = False, tuple(kept)
         self.relayd_last_boundary = v
         logger = getattr(self, "logger", None)
@@ -533,6 +668,18 @@ def _ports(value: Union[str, Sequence[int], None]) -> Tuple[int, ...]:
             raise ValueError(f"relayd_keep_ports: {p!r} is no TCP port")
         ports.append(n)
     return tuple(ports)
+
+
+def _paths(value: Union[str, Sequence[str]]) -> Tuple[str, ...]:
+    """relayd_protect, relayd_mark_paths: paths as a list, or a string
+    "/tests,/logs/verifier" (Harbor passes strings); "none" or "" is none."""
+    items = value.replace(",", " ").split() if isinstance(value, str) else [str(p) for p in value]
+    if [p.lower() for p in items] == ["none"]:
+        return ()
+    bad = [p for p in items if not p.startswith("/")]
+    if bad:
+        raise ValueError(f"relayd_protect / relayd_mark_paths: {bad}: want absolute paths in the environment")
+    return tuple(items)
 
 
 def _unknown_user(message: str, user: str) -> bool:

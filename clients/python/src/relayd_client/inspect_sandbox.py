@@ -7,7 +7,9 @@ What it changes against inspect's docker sandbox: a timeout is relayd's
 deadline (exit 124, termination framework_timeout: the whole scope killed,
 setsid escapees included), never guessed from the elapsed time or from 137
 and 143; stdout and stderr come apart with relayd's truncation flags; and
-``boundary()`` settles what the agent left before a scorer runs.
+``boundary()`` settles what the agent left before a scorer runs, and
+``changes()`` tells a scorer which files the agent changed (the config's
+``"mark"`` names the directories to watch, marked as the sample begins).
 
 It imports inspect_ai (and anyio, which inspect_ai requires) when it is
 imported itself (inspect does so through the ``inspect_ai`` entry point),
@@ -70,10 +72,11 @@ from . import _wire
 from ._bridge import bridge_argv
 from .client import Client
 from .errors import BadRequestError, ConnectionLostError, NotFoundError, ReplyTimeoutError
-from .results import FRAMEWORK_TIMEOUT, Executed, Output, Verified
+from .results import FRAMEWORK_TIMEOUT, Changes, Executed, Output, Verified
 
 _FIELDS = ("container", "compose_service", "compose_project", "pod", "kube_container", "namespace",
-           "context", "command", "socket", "relayd_path", "token", "token_file", "user", "cwd", "max_connections")
+           "context", "command", "socket", "relayd_path", "token", "token_file", "user", "cwd", "max_connections",
+           "mark")
 
 T = TypeVar("T")
 
@@ -320,6 +323,7 @@ class RelaydSandboxEnvironment(_util.SandboxEnvironment):  # type: ignore[misc]
         self._cancelled: List[_Job] = []  # cancelled, not yet answered: the next call waits for them
         self._procs: Set["RelaydProcess"] = set()
         self._budget = _wire.DEFAULT_TEARDOWN_BUDGET + _wire.SETTLE_SLACK
+        self._mark_name: Optional[str] = None  # the sample's mark (config "mark"), freed by close
 
     @classmethod
     def config_deserialize(cls, config: Dict[str, Any]) -> Any:
@@ -342,7 +346,14 @@ class RelaydSandboxEnvironment(_util.SandboxEnvironment):  # type: ignore[misc]
         client = await anyio.to_thread.run_sync(pool.open)
         ready = client.first_ready
         pool._idle.append(client)
-        return {"default": cls(pool, cfg, str(cfg.get("cwd") or (ready.cwd if ready else "") or "/"))}
+        env = cls(pool, cfg, str(cfg.get("cwd") or (ready.cwd if ready else "") or "/"))
+        if cfg.get("mark"):
+            try:
+                await env._mark(cfg["mark"], ready.extensions if ready else ())
+            except BaseException:
+                await anyio.to_thread.run_sync(pool.close)
+                raise
+        return {"default": env}
 
     @classmethod
     async def sample_cleanup(cls, task_name: str, config: Any, environments: Dict[str, Any],
@@ -405,12 +416,42 @@ class RelaydSandboxEnvironment(_util.SandboxEnvironment):  # type: ignore[misc]
         agent's leftovers) and report it, before a scorer runs."""
         return await self._call(lambda c: c.verify(all=True, survivors="settle"))
 
+    async def _mark(self, paths: Any, extensions: Any) -> None:
+        """Marks the config's ``mark`` paths (relative ones to the sample's
+        cwd) as the sample begins, so that a scorer can ask for changes()."""
+        if "marks" not in extensions:
+            raise ValueError("relayd sandbox config names paths to mark, and this relayd serves no marks "
+                             "(protocol 4.9): update relayd, or leave out \"mark\"")
+        items = [paths] if isinstance(paths, str) else list(paths)
+        name = "inspect-" + secrets.token_hex(8)
+        await self._call(lambda c: c.mark(name, [self._path(str(p)) for p in items]))
+        self._mark_name = name
+
+    async def changes(self, paths: Union[str, List[str], None] = None) -> Changes:
+        """For a scorer: what changed on disk since the sample began, under
+        the paths its sandbox config marks (``"mark": ["/app"]``), or under
+        ``paths`` within them (relative to the sample's cwd): relayd's
+        added, modified and deleted entries (protocol 4.9), found by a
+        stat walk that a modification time set back does not fool. Call
+        boundary() first to be sure nothing of the agent still writes."""
+        name = self._mark_name
+        if name is None:
+            raise ValueError("changes(): this sample's sandbox config marks nothing: give it \"mark\" "
+                             "(the directories to watch, e.g. [\"/app\"])")
+        mark: str = name
+        narrowed = None if paths is None else [self._path(p) for p in ([paths] if isinstance(paths, str) else paths)]
+        return await self._call(lambda c: c.changes(mark, narrowed))
+
     async def close(self) -> None:
         """Settle what is left and close the connections (the bridges end)."""
         try:
             if not self._pool.closed:
                 try:
                     await self.boundary()
+                    name, self._mark_name = self._mark_name, None
+                    if name is not None:
+                        mark: str = name
+                        await self._call(lambda c: c.unmark(mark))  # it would outlive the sample
                 except _util.SandboxUnavailableError:
                     pass  # relayd is gone: nothing of it is left to settle
         finally:

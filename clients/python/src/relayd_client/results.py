@@ -1,5 +1,6 @@
 """Replies as dataclasses: Ready, Executed (with Survivor and Diagnostic),
-Verified, and Output for streamed output (protocol sections 4 and 4.5).
+Verified, and Output for streamed output (protocol sections 4 and 4.5);
+Marked, Changes (with FileEntry), Restored and Recycled for marks (4.9).
 
 Fields are read leniently: a field relayd did not send is None (or empty),
 so that a newer client works with an older relayd, and ``raw`` keeps the
@@ -7,7 +8,9 @@ whole message for fields this client does not know yet."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import base64
+import binascii
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 from .errors import UnexpectedReplyError
@@ -21,6 +24,12 @@ __all__ = [
     "Usage",
     "ExecutionUsage",
     "Output",
+    "Marked",
+    "Changes",
+    "FileEntry",
+    "Restored",
+    "BoundaryFiles",
+    "Recycled",
     "EXITED",
     "FRAMEWORK_TIMEOUT",
     "NONE",
@@ -323,7 +332,15 @@ class Verified:
     settled: Optional[Tuple[int, ...]] = None
     # At a trial boundary: the usage of each execution kept for its survivors (4.8).
     survivors_usage: Tuple[ExecutionUsage, ...] = ()
+    # Protocol 4.9: with files=, the changes under protect and what was restored.
+    files: Optional["BoundaryFiles"] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def tampered(self) -> Tuple["FileEntry", ...]:
+        """With files= (protocol 4.9): what changed under ``protect`` since
+        the mark, each entry with its ``change``; () without files."""
+        return () if self.files is None else self.files.tampered
 
     @classmethod
     def _parse(cls, msg: Dict[str, Any]) -> "Verified":
@@ -336,6 +353,7 @@ class Verified:
             boundary=_get(msg, "boundary", int, 0),
             settled=None if msg.get("settled") is None else tuple(int(p) for p in _get(msg, "settled", list, [])),
             survivors_usage=ExecutionUsage._parse_list(msg),
+            files=BoundaryFiles._parse(msg.get("files")),
             raw=msg,
         )
 
@@ -426,3 +444,218 @@ class Output:
             data=_get(msg, "data", str, ""),
             dropped=_get(msg, "dropped", int, 0),
         )
+
+
+# --- the filesystem half of the boundary (protocol 4.9)
+
+def _name(v: Mapping[str, Any], field: str) -> Optional[str]:
+    """A path or link target: ``field`` as sent, or ``fieldBase64`` (a name
+    that is not valid UTF-8) decoded to bytes and then to str with
+    surrogateescape, as os.listdir gives such a name on Linux, so that
+    os.fsencode (or ``.encode("utf-8", "surrogateescape")``) gives back
+    its bytes."""
+    s = _get(v, field, str)
+    if s is not None:
+        return str(s)
+    b64 = _get(v, field + "Base64", str)
+    if b64 is None:
+        return None
+    try:
+        raw = base64.b64decode(b64, validate=True)
+    except (binascii.Error, ValueError):
+        raise UnexpectedReplyError(f"relayd's reply: {field}Base64 is not base64") from None
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def _mode(v: Mapping[str, Any]) -> int:
+    m = v.get("mode")
+    if isinstance(m, str):
+        try:
+            return int(m, 8)
+        except ValueError:
+            raise UnexpectedReplyError(f"relayd's reply: mode {m!r} is not octal digits") from None
+    if isinstance(m, int) and not isinstance(m, bool):
+        return m
+    return 0
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One entry of a change list (protocol 4.9): ``path`` (absolute; a
+    name that is not UTF-8 decoded with surrogateescape, its bytes in
+    ``path_bytes``), ``type`` (``file``, ``dir``, ``symlink``, ``other``),
+    ``mode`` (permission bits as an int, e.g. 0o644), ``uid``, ``gid``,
+    ``size``, for a file ``sha256`` of what it holds, for a symbolic link
+    ``target``. A modified entry also has ``was`` (the entry as the mark
+    saw it) and ``what``, what differs (``content``, ``type``, ``mode``,
+    ``owner``, ``target``). ``change`` says whether it was ``added``,
+    ``modified`` or ``deleted``; a deleted entry is described as the mark
+    saw it."""
+
+    path: str
+    type: str
+    mode: int = 0
+    uid: int = 0
+    gid: int = 0
+    size: int = 0
+    sha256: Optional[str] = None
+    target: Optional[str] = None
+    was: Optional["FileEntry"] = None
+    what: Tuple[str, ...] = ()
+    change: Optional[str] = None
+
+    @property
+    def path_bytes(self) -> bytes:
+        """The path's bytes, as the filesystem holds them."""
+        return self.path.encode("utf-8", "surrogateescape")
+
+    @classmethod
+    def _parse(cls, v: Any, change: Optional[str] = None, path: str = "") -> "FileEntry":
+        if not isinstance(v, dict):
+            raise UnexpectedReplyError("relayd's reply: a changed entry is not an object")
+        was = v.get("was")
+        path = _name(v, "path") or path
+        return cls(path=path, type=_get(v, "type", str, ""), mode=_mode(v),
+                   uid=_get(v, "uid", int, 0), gid=_get(v, "gid", int, 0), size=_get(v, "size", int, 0),
+                   sha256=_get(v, "sha256", str), target=_name(v, "target"),
+                   was=None if was is None else cls._parse(was, path=path),
+                   what=tuple(str(w) for w in _get(v, "what", list, [])),
+                   change=_get(v, "change", str, change))
+
+
+def _entries(msg: Mapping[str, Any], name: str, change: Optional[str] = None) -> Tuple[FileEntry, ...]:
+    return tuple(FileEntry._parse(e, change) for e in _get(msg, name, list, []))
+
+
+@dataclass(frozen=True)
+class Marked:
+    """The reply to ``mark`` (protocol 4.9): ``entries`` recorded,
+    ``bytes`` the regular files' sizes, ``kept_bytes`` the content this
+    mark keeps (each content once), ``duration_ms`` what it took."""
+
+    mark: str
+    entries: int
+    bytes: int
+    kept_bytes: int
+    duration_ms: Optional[int] = None
+    ignored: Tuple[str, ...] = ()
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def _parse(cls, msg: Dict[str, Any]) -> "Marked":
+        return cls(mark=_get(msg, "mark", str, ""), entries=_get(msg, "entries", int, 0), bytes=_get(msg, "bytes", int, 0),
+                   kept_bytes=_get(msg, "keptBytes", int, 0), duration_ms=_get(msg, "durationMs", int),
+                   ignored=ignored_of(msg), raw=msg)
+
+
+@dataclass(frozen=True)
+class Changes:
+    """The reply to ``changes`` (protocol 4.9): what differs from the mark,
+    found by a stat walk (content read only where the kernel's change
+    time, size or inode differ), touching nothing. ``omitted`` counts the
+    entries left out past relayd's 10,000; ``entries`` how many it
+    looked at. False (and ``len`` 0) when nothing changed."""
+
+    mark: str
+    added: Tuple[FileEntry, ...]
+    modified: Tuple[FileEntry, ...]
+    deleted: Tuple[FileEntry, ...]
+    omitted: int = 0
+    entries: int = 0
+    duration_ms: Optional[int] = None
+    ignored: Tuple[str, ...] = ()
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def __len__(self) -> int:
+        return len(self.added) + len(self.modified) + len(self.deleted) + self.omitted
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+    def all(self) -> Tuple[FileEntry, ...]:
+        """Every listed entry, each with its ``change``, ordered by path."""
+        return tuple(sorted((e if e.change else replace(e, change=c) for c, es in
+                             (("added", self.added), ("modified", self.modified), ("deleted", self.deleted))
+                             for e in es), key=lambda e: e.path_bytes))
+
+    @classmethod
+    def _parse(cls, msg: Dict[str, Any]) -> "Changes":
+        return cls(mark=_get(msg, "mark", str, ""), added=_entries(msg, "added", "added"),
+                   modified=_entries(msg, "modified", "modified"), deleted=_entries(msg, "deleted", "deleted"),
+                   omitted=_get(msg, "omitted", int, 0), entries=_get(msg, "entries", int, 0),
+                   duration_ms=_get(msg, "durationMs", int), ignored=ignored_of(msg), raw=msg)
+
+
+@dataclass(frozen=True)
+class Restored:
+    """The reply to ``restore`` (protocol 4.9): entries ``removed``,
+    ``written`` back and ``reset`` (mode, owner, times). A restore that
+    could not finish (a full disk) names the paths it left as they were
+    in ``not_restored`` (``not_restored_omitted`` counts more) and says
+    why in ``reason``; ``complete`` is true when there are none."""
+
+    mark: str
+    removed: int = 0
+    written: int = 0
+    reset: int = 0
+    not_restored: Tuple[str, ...] = ()
+    not_restored_omitted: int = 0
+    reason: Optional[str] = None
+    duration_ms: Optional[int] = None
+    ignored: Tuple[str, ...] = ()
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def complete(self) -> bool:
+        return not self.not_restored and not self.not_restored_omitted
+
+    @classmethod
+    def _parse(cls, msg: Dict[str, Any]) -> "Restored":
+        return cls(mark=_get(msg, "mark", str, ""), removed=_get(msg, "removed", int, 0),
+                   written=_get(msg, "written", int, 0), reset=_get(msg, "reset", int, 0),
+                   not_restored=tuple(str(p) for p in _get(msg, "notRestored", list, [])),
+                   not_restored_omitted=_get(msg, "notRestoredOmitted", int, 0), reason=_get(msg, "reason", str),
+                   duration_ms=_get(msg, "durationMs", int), ignored=ignored_of(msg), raw=msg)
+
+
+@dataclass(frozen=True)
+class BoundaryFiles:
+    """A trial boundary's ``files`` (protocol 4.9): the changes under
+    ``protect`` as ``tampered`` (each with its ``change``), and what the
+    restore did (None without ``restore``). ``error`` says why relayd
+    could not look at the files (the mark is gone); the processes'
+    evidence of the boundary stands."""
+
+    mark: str
+    tampered: Tuple[FileEntry, ...] = ()
+    omitted: int = 0
+    restored: Optional[Restored] = None
+    error: Optional[str] = None
+
+    @classmethod
+    def _parse(cls, v: Any) -> Optional["BoundaryFiles"]:
+        if v is None:
+            return None
+        if not isinstance(v, dict):
+            raise UnexpectedReplyError("relayd's verified reply: files is not an object")
+        r = v.get("restored")
+        if r is not None and not isinstance(r, dict):
+            raise UnexpectedReplyError("relayd's verified reply: files.restored is not an object")
+        return cls(mark=_get(v, "mark", str, ""), tampered=_entries(v, "tampered"), omitted=_get(v, "omitted", int, 0),
+                   restored=None if r is None else Restored._parse(r), error=_get(v, "error", str))
+
+
+@dataclass(frozen=True)
+class Recycled:
+    """What recycle() did (protocol 4.9, "Recycling a container"): the
+    trial boundary that settled every survivor (``boundary``) and the
+    restore of every kept subtree of the mark (``restored``), each with
+    its evidence. ``pristine``: the processes are gone, confirmed, and the
+    kept files are as marked."""
+
+    boundary: Verified
+    restored: Restored
+
+    @property
+    def pristine(self) -> bool:
+        return self.boundary.quiescent and self.restored.complete
