@@ -459,6 +459,10 @@ func (c *Conn) VerifyWith(ctx context.Context, o VerifyOptions) (Verified, error
 	if o.All {
 		wait += c.cfg.TeardownTimeout // the executions, then the survivors
 	}
+	if o.Files != nil {
+		msg["files"] = o.Files
+		wait = time.Duration(math.MaxInt64) // a restore's time is the tree's: ctx bounds it
+	}
 	var v Verified
 	err := c.roundTrip(ctx, msg, &call{want: kindVerified, into: &v}, c.cfg.bound(wait))
 	return v, err
@@ -777,6 +781,12 @@ func decodeReply(rep reply, want string, v any) (ignored []string, err error) {
 		case *Ready:
 			return r.Ignored, nil
 		case *Status:
+			return r.Ignored, nil
+		case *Marked:
+			return r.Ignored, nil
+		case *Changes:
+			return r.Ignored, nil
+		case *Restored:
 			return r.Ignored, nil
 		}
 		return nil, nil

@@ -24,6 +24,14 @@
 // archive over them, unpacked by tar on relayd's side and, on this side,
 // by a reader that refuses members landing outside the directory.
 //
+// Marks (protocol section 4.9): Mark records the files under some paths
+// and keeps the content of some subtrees on relayd's side, Changes lists
+// what differs since (a stat walk the agent cannot fake by setting times
+// back), Restore puts the kept subtrees back, and Recycle is a trial
+// boundary that settles every survivor followed by that restore: a used
+// container handed to the next trial. VerifyOptions.Files lists the
+// changes under protected paths at the boundary, and restores them.
+//
 // The protocol runs one execution at a time on a connection: a second
 // Execute on a Conn whose execution is still running returns ErrBusy without
 // asking relayd. A Pool keeps several connections to run several at once.

@@ -327,6 +327,9 @@ type Verified struct {
 	// SurvivorsUsage: at a trial boundary, the usage of each execution
 	// kept for its survivors (protocol 4.8).
 	SurvivorsUsage []ExecutionUsage `json:"survivorsUsage,omitempty"`
+	// Files: at a trial boundary with VerifyOptions.Files, the changes
+	// under its protected paths and, with Restore, what was put back.
+	Files *FilesAtBoundary `json:"files,omitempty"`
 }
 
 // Status is relayd's answer to Conn.Status (protocol 4.6, "Looking without
@@ -383,4 +386,8 @@ type VerifyOptions struct {
 	// descendants (a service the verifier must find), each as a survivors
 	// list reported it (Survivor.Kept). It needs All.
 	Keep []Kept
+	// Files asks for the filesystem half of the boundary (protocol 4.9;
+	// "marks" in Ready.Extensions): the changes under Files.Protect since
+	// the mark, in Verified.Files. It needs All.
+	Files *BoundaryFiles
 }

@@ -2,8 +2,10 @@
 // runs one command through relayd and exits with the command's status
 // (relayctl exec), takes over one that outlived its connection (attach),
 // probes it (ready), looks at what runs and what was left without touching
-// it (status, survivors), draws the trial boundary (verify), or plays the
-// controller for a relayd that dials out (accept).
+// it (status, survivors), draws the trial boundary (verify), marks the
+// files and says what changed since or puts them back (mark, changes,
+// restore, unmark: marks.go), or plays the controller for a relayd that
+// dials out (accept).
 //
 // It is a thin shell over package client; main calls run and nothing else
 // exits.
@@ -61,6 +63,12 @@ const usage = `relayctl talks to relayd (docs/protocol.md).
   relayctl put [flags] LOCAL REMOTE          store LOCAL (- for stdin) at REMOTE, atomically
                                              (--mode 0755, --user, --parents; -r: a directory)
   relayctl get [flags] REMOTE LOCAL          copy REMOTE to LOCAL (- for stdout); --user; -r
+  relayctl mark [flags] NAME PATH...         record every entry under PATH... (protocol 4.9): --keep PATH
+                                             keeps a subtree's content for restore, --exclude PATH leaves out
+  relayctl changes [flags] MARK [PATH...]    what changed since MARK, as git status --short: A, M (with
+                                             what differs), D; --json for relayd's reply; touches nothing
+  relayctl restore [flags] MARK [PATH...]    put MARK's kept subtrees (or PATH...) back as marked
+  relayctl unmark [flags] NAME               free the mark NAME
   relayctl shell [flags]                     a shell session on a terminal (protocol 4.7), attached to
                                              this one; ctrl-] detaches (--detach-key), --session s-N
                                              attaches again
@@ -111,6 +119,8 @@ type options struct {
 	links           string        // put, get -r: "keep", every symbolic link as it is
 	tty             bool          // exec: on a pty attached to relayctl's terminal (tty.go)
 	term            string        // exec -t: the terminal's type, relayctl's own $TERM
+	markKeep        []string      // mark --keep: subtrees whose content is kept
+	markExclude     []string      // mark --exclude
 }
 
 func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -128,7 +138,8 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	}
 	verb := args[0]
 	switch verb {
-	case "exec", "ready", "verify", "accept", "attach", "status", "survivors", "put", "get", "shell":
+	case "exec", "ready", "verify", "accept", "attach", "status", "survivors", "put", "get", "shell",
+		"mark", "changes", "restore", "unmark":
 	default:
 		fmt.Fprintf(stderr, "relayctl: unknown command %q\n\n%s", verb, usage)
 		return exitFailed
@@ -194,6 +205,10 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		fs.StringVar(&o.mode, "mode", "", "the file's permission bits, octal (default 0644)")
 		fs.BoolVar(&o.parents, "parents", false, "make the missing parent directories of REMOTE")
 	}
+	if verb == "mark" {
+		fs.StringArrayVar(&o.markKeep, "keep", nil, "keep this subtree's content too, so that restore can put it back (repeatable; inside a PATH)")
+		fs.StringArrayVar(&o.markExclude, "exclude", nil, "leave this path and what is under it out of the mark (repeatable)")
+	}
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			io.WriteString(stdout, flagsOut.String())
@@ -234,6 +249,9 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 func check(verb string, o options, command []string) error {
 	if verb == "put" || verb == "get" {
 		return checkFiles(verb, o, command)
+	}
+	if err := checkMarks(verb, command); err != nil {
+		return err
 	}
 	switch {
 	case verb == "exec" && len(command) == 0:
@@ -340,6 +358,8 @@ func dispatch(ctx context.Context, verb string, o options, token string, command
 		return status(ctx, c, verb, out)
 	case "shell":
 		return shell(ctx, c, o, out)
+	case "mark", "changes", "restore", "unmark":
+		return marks(ctx, c, verb, o, command, out) // marks.go
 	case "exec":
 		if o.tty {
 			return executeTTY(ctx, c, o, command, out)

@@ -42,6 +42,7 @@ type options struct {
 	socketGiven     bool     // --socket or its twin was set: a socket that cannot be made is an error, not a warning
 	artifactLimit   byteSize // --max-artifact-bytes
 	maxFileBytes    byteSize // --max-file-bytes: largest file a put or get moves (4.6)
+	markBytes       byteSize // --mark-bytes: the kept content of every mark together (4.9)
 	artifactsLayout string   // --artifacts-layout: relayd or maka
 	dropCaps        capList  // --drop-capabilities: capability numbers, sorted
 	requireNetns    string   // --require-netns: an nsfs path or net:[INODE]; "" for none
@@ -79,6 +80,7 @@ func defaultOptions() options {
 		socket:          "/run/relayd/relayd.sock",
 		artifactLimit:   64 << 20,
 		maxFileBytes:    1 << 30,
+		markBytes:       2 << 30,
 		artifactsLayout: "relayd",
 		scope:           "auto",
 		subjectUmask:    0o022,
@@ -124,10 +126,11 @@ func parseFlags(args []string, getenv func(string) string) (options, *pflag.Flag
 	fs.Var(&o.sessionBuffer, "session-buffer", "terminal output kept per pty session for read (4.7)")
 	fs.Var(&o.maxStdinBuffer, "max-stdin-buffer", "unread input (input, stdin messages) held per execution; past it relayd stops reading that connection until the subject reads")
 	fs.StringVar(&o.artifactsDir, "artifacts-dir", o.artifactsDir, "directory for each execution's complete stdout and stderr")
-	fs.StringVar(&o.stateDir, "state-dir", o.stateDir, "directory where relayd records its running process-group scopes, so that a relayd started after this one is killed settles what it left running")
+	fs.StringVar(&o.stateDir, "state-dir", o.stateDir, "directory where relayd records its running process-group scopes, so that a relayd started after this one is killed settles what it left running, and keeps its marks (protocol 4.9)")
 	fs.StringVar(&o.socket, "socket", o.socket, "Unix socket (mode 0600) relayd also serves in listen mode, for relayd bridge: a controller reaches relayd through any exec channel (docker exec -i C relayd bridge); empty turns it off")
 	fs.Var(&o.artifactLimit, "max-artifact-bytes", "most bytes of one stream kept in --artifacts-dir per execution; past it the artifact stops growing and the rest is drained and dropped")
 	fs.Var(&o.maxFileBytes, "max-file-bytes", "largest file a put or get moves (e.g. 1GiB)")
+	fs.Var(&o.markBytes, "mark-bytes", "most bytes of kept content every mark together holds in --state-dir; a mark that would pass it is refused (e.g. 2GiB)")
 	fs.StringVar(&o.artifactsLayout, "artifacts-layout", o.artifactsLayout, "artifact file names: relayd (x-N.stdout.txt per execution) or maka (maka-subject.stdout.txt and maka-subject.stderr.txt, overwritten per execution, as Maka's relay writes them; --artifacts-dir defaults to "+makaArtifactsDir+")")
 	fs.Var(&o.dropCaps, "drop-capabilities", "capabilities removed from every subject's sets, comma-separated (e.g. NET_RAW,NET_ADMIN); MAKA_EVAL_EGRESS_REQUIRED=1 makes relayd refuse to start while it holds NET_RAW or NET_ADMIN that this does not drop")
 	fs.StringVar(&o.requireNetns, "require-netns", o.requireNetns, "network namespace subjects must run in, an nsfs path (/proc/PID/ns/net, /run/netns/NAME) or net:[INODE]: relayd refuses to start (exit 2) when they would not, and answers 111 for an execution when that changes")
@@ -227,6 +230,8 @@ func (o options) validate() error {
 		return bad("max-artifact-bytes", "--max-artifact-bytes must be at least 1, got %d", o.artifactLimit)
 	case o.maxFileBytes < 1:
 		return bad("max-file-bytes", "--max-file-bytes must be at least 1, got %d", o.maxFileBytes)
+	case o.markBytes < 1:
+		return bad("mark-bytes", "--mark-bytes must be at least 1, got %d", o.markBytes)
 	}
 	switch o.artifactsLayout {
 	case "relayd", "maka":

@@ -57,6 +57,7 @@ var section9 = map[string]string{
 
 	"max-artifact-bytes": "64MiB",
 	"max-file-bytes":     "1GiB",
+	"mark-bytes":         "2GiB",
 	"artifacts-layout":   "relayd",
 	"drop-capabilities":  "",
 	"require-netns":      "",
@@ -90,6 +91,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 		socket:          "/run/relayd/relayd.sock",
 		artifactLimit:   64 << 20,
 		maxFileBytes:    1 << 30,
+		markBytes:       2 << 30,
 		artifactsLayout: "relayd",
 		scope:           "auto",
 		subjectUmask:    0o022,
@@ -164,6 +166,7 @@ var twinCases = map[string]twinCase{
 
 	"max-artifact-bytes": {"100kB", func(o options) bool { return o.artifactLimit == 100000 }, "64M"},
 	"max-file-bytes":     {"2GiB", func(o options) bool { return o.maxFileBytes == 2<<30 }, "big"},
+	"mark-bytes":         {"3GiB", func(o options) bool { return o.markBytes == 3<<30 }, "lots"},
 	"artifacts-layout":   {"maka", func(o options) bool { return o.artifactsLayout == "maka" }, ""},
 	"drop-capabilities":  {"net_raw,CAP_NET_ADMIN", func(o options) bool { return slices.Equal(o.dropCaps, capList{12, 13}) }, "NET_ROW"},
 	"require-netns":      {"net:[4026531840]", func(o options) bool { return o.requireNetns == "net:[4026531840]" }, ""},
@@ -274,7 +277,7 @@ func TestFlagWinsOverTwin(t *testing.T) {
 		"token-file": "/flag/token", "workspace": "/flag/ws", "instruction-file": "/flag/task",
 		"term-grace": "1s", "teardown-timeout": "30s", "write-timeout": "7s",
 		"auth-timeout": "9s", "peer-timeout": "2m", "max-connections": "7", "subject-user": "nobody",
-		"max-line-bytes": "4096", "max-stdout-bytes": "12345", "max-stderr-bytes": "54321", "max-stdin-buffer": "65536", "max-sessions": "9", "session-idle-timeout": "1h", "session-buffer": "64KiB", "artifacts-dir": "/flag/art", "state-dir": "/flag/state", "max-artifact-bytes": "1GiB", "max-file-bytes": "5MiB",
+		"max-line-bytes": "4096", "max-stdout-bytes": "12345", "max-stderr-bytes": "54321", "max-stdin-buffer": "65536", "max-sessions": "9", "session-idle-timeout": "1h", "session-buffer": "64KiB", "artifacts-dir": "/flag/art", "state-dir": "/flag/state", "max-artifact-bytes": "1GiB", "max-file-bytes": "5MiB", "mark-bytes": "7MiB",
 		"scope": "cgroup", "cgroup-root": "/flag/cg", "destroy-command": "true",
 		"log-format": "json", "log-level": "warn",
 		"artifacts-layout": "relayd", "drop-capabilities": "SYS_ADMIN", "require-netns": "/run/netns/egress",

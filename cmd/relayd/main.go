@@ -16,6 +16,7 @@
 //	                 NET_RAW under Maka's egress rule; --artifacts-dir checks
 //	leftovers.go     settling what a dead relayd left (rule 6.10), with
 //	state.go         the --state-dir records of running scopes
+//	marks.go         the store of marks in --state-dir (protocol 4.9)
 //	profile_*.go     a CPU profile, in a relayd_profile build only
 //	term_linux.go    whether the log goes to a terminal (colours)
 //	socket_linux.go  the Unix socket relayd bridge reaches (--socket)
@@ -182,6 +183,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	if stateErr != nil && o.stateDirGiven {
 		return &exitError{exitUsage, stateDirError(stateErr)}
 	}
+	markStore, marksWhy := openMarks(o, stateErr, log)
 	var ln net.Listener
 	if o.connect == "" {
 		if ln, err = net.Listen("tcp", o.listen); err != nil {
@@ -261,6 +263,9 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 		ArtifactsLayout: o.artifactsLayout,
 		RequireNetns:    netns,
 		Bridge:          sock != nil,
+
+		Marks:            markStore,
+		MarksUnavailable: marksWhy,
 	})
 
 	sigs := make(chan os.Signal, 2)

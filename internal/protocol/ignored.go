@@ -21,8 +21,9 @@ const (
 // boundary (section 4.6), "status" for the status message (4.6, "Looking
 // without touching"), "pty" for an execute's terminal and resize (4.7),
 // "body" for put's and get's bulk bodies (4.6, "Bulk bodies") and "tree"
-// for their "format":"tar" (4.6, "Trees").
-var Extensions = []string{"captureStderr", "stream", "onExit", "detach", "ignored", "trial", "stdin", "user", "files", "status", "pty", "body", "tree", "session"}
+// for their "format":"tar" (4.6, "Trees"), "marks" for mark, unmark,
+// changes, restore and verify's "files" (4.9).
+var Extensions = []string{"captureStderr", "stream", "onExit", "detach", "ignored", "trial", "stdin", "user", "files", "status", "pty", "body", "tree", "session", "marks"}
 
 // reads reports whether a message of kind k reads fieldNames[i]: every
 // kind reads kind, token and id; execute and attach read their own. A
@@ -42,7 +43,9 @@ func reads(k string, i int) bool {
 	case k == "stdin":
 		return i >= stdinFrom && i < stdinTo || fieldNames[i] == "session"
 	case k == "verify":
-		return i >= verifyFrom && i < verifyTo
+		return i >= verifyFrom && i < verifyTo || fieldNames[i] == "files"
+	case k == "mark", k == "unmark", k == "changes", k == "restore":
+		return readsMark(k, i)
 	case k == "put", k == "get":
 		return readsFile(k, i)
 	}

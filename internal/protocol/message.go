@@ -60,7 +60,8 @@ var fieldNames = [...]string{"kind", "token", "id",
 	"format", "exclude", "replace", "owners", // trees (files.go, section 4.6)
 	"session", "script", "shell", // shell sessions (session.go, section 4.7)
 	"from", "waitMs", "idleMs", // a pty session's read (session.go)
-	"links", // a tree put's symbolic links (files.go, section 4.6)
+	"links",                          // a tree put's symbolic links (files.go, section 4.6)
+	"name", "paths", "mark", "files", // marks (marks.go, section 4.9); verify's files
 }
 
 // The ranges of fieldNames that each kind reads besides the first

@@ -191,6 +191,9 @@ type Verified struct {
 	// survivors left alone, its whole usage: its reply's and its
 	// survivors' that have ended since (section 4.8; docs/protocol.md).
 	SurvivorsUsage []ExecutionUsage `json:"survivorsUsage,omitempty"`
+	// Files is the filesystem half of the boundary (section 4.9), when
+	// verify asked for it.
+	Files *BoundaryFiles `json:"files,omitempty"`
 }
 
 // ExecutionUsage is the usage of one execution kept for its survivors:

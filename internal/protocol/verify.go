@@ -15,6 +15,9 @@ type Verify struct {
 	// Keep and their descendants.
 	Settle bool
 	Keep   []Kept
+	// Files: "files", the filesystem half of the boundary (section 4.9);
+	// nil when absent.
+	Files *VerifyFiles
 }
 
 // Kept names a process a trial boundary leaves alone: its pid and its
@@ -69,6 +72,16 @@ func (m *Message) Verify() (*Verify, *Error) {
 			}
 			v.Keep = append(v.Keep, k)
 		}
+	}
+	if raw, ok := m.optional("files"); ok {
+		if !v.All {
+			return nil, newError(CatBadRequest, `verify: "files" needs "all": true (the trial boundary, section 4.9)`)
+		}
+		f, err := decodeVerifyFiles(raw)
+		if err != nil {
+			return nil, err
+		}
+		v.Files = f
 	}
 	return v, nil
 }

@@ -350,6 +350,8 @@ func (cn *conn) handle(msg *protocol.Message, perr *protocol.Error) string {
 		cn.closeSession(msg, ignored)
 	case "read":
 		cn.readScreen(msg, ignored)
+	case "mark", "unmark", "changes", "restore":
+		cn.marks(msg, ignored) // protocol 4.9 (marks.go)
 	case "":
 		cn.refuse(msg.ID, ignored, protocol.CatUnknownKind, `message has no "kind": expected `+knownKinds)
 	default:
@@ -360,7 +362,7 @@ func (cn *conn) handle(msg *protocol.Message, perr *protocol.Error) string {
 }
 
 // knownKinds are the kinds a controller may send, for an unknown-kind error.
-const knownKinds = `"ready", "execute", "verify", "attach", "stdin", "resize", "put", "get", "status", "open", "close" or "read"`
+const knownKinds = `"ready", "execute", "verify", "attach", "stdin", "resize", "put", "get", "status", "open", "close", "read", "mark", "unmark", "changes" or "restore"`
 
 // safeKind bounds a peer-chosen kind before it is echoed or logged.
 func safeKind(k string) string {
@@ -615,10 +617,11 @@ func (cn *conn) token() string {
 // extensions are what ready lists (protocol 4.6): the bridge only while
 // its socket is served.
 func (s *Server) extensions() []string {
+	ext := s.marksExtension(protocol.Extensions) // marks.go
 	if !s.cfg.Bridge {
-		return protocol.Extensions
+		return ext
 	}
-	return append(slices.Clip(protocol.Extensions), "bridge")
+	return append(slices.Clip(ext), "bridge")
 }
 
 func (cn *conn) ready(id json.RawMessage) protocol.Ready {

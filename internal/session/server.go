@@ -28,6 +28,7 @@ import (
 
 	"github.com/relayd/relayd/internal/env"
 	"github.com/relayd/relayd/internal/exec"
+	"github.com/relayd/relayd/internal/marks"
 	"github.com/relayd/relayd/internal/protocol"
 	"github.com/relayd/relayd/internal/teardown"
 )
@@ -80,6 +81,11 @@ type Config struct {
 	MaxSessions   int
 	SessionIdle   time.Duration
 	SessionBuffer int
+
+	// Marks is the store of marks (protocol 4.9, marks.go); nil when
+	// there is none, and MarksUnavailable says why.
+	Marks            *marks.Store
+	MarksUnavailable string
 }
 
 // Defaults of the session flags (protocol section 9).

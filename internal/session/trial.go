@@ -129,6 +129,13 @@ func (s *Server) pruneLeft() {
 // dial-out mode).
 func (cn *conn) boundary(rq request, v *protocol.Verify) string {
 	s := cn.srv
+	if v.Files != nil {
+		// Refused before anything ends (protocol 4.9, marks.go).
+		if cat, why := cn.checkBoundaryFiles(v.Files); cat != "" {
+			cn.refuse(rq.id, rq.ignored, cat, why)
+			return ""
+		}
+	}
 	s.trialMu.Lock()
 	defer s.trialMu.Unlock()
 
@@ -169,6 +176,9 @@ func (cn *conn) boundary(rq request, v *protocol.Verify) string {
 			settled = []int{}
 		}
 		r.Settled = &settled
+	}
+	if v.Files != nil {
+		r.Files = cn.boundaryFiles(v.Files) // once the processes are settled (marks.go)
 	}
 	cn.log.Info().Int("boundary", r.Boundary).Int("executions", len(running)).Int("survivors", found).
 		Int("settled", len(settled)).Bool("quiescent", r.Quiescent).Msg("trial boundary")

@@ -1,0 +1,154 @@
+package marks
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+func listed(ls []Listed) []string {
+	var out []string
+	for _, l := range ls {
+		s := l.Path
+		if len(l.What) > 0 {
+			s += " " + fmtWhat(l.What)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func fmtWhat(w []string) string {
+	s := ""
+	for i, x := range w {
+		if i > 0 {
+			s += ","
+		}
+		s += x
+	}
+	return s
+}
+
+func write(t *testing.T, p, s string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A mark, each kind of change, a restore, changes empty after it.
+func TestMarkChangesRestore(t *testing.T) {
+	root := t.TempDir()
+	state := t.TempDir()
+	tree := filepath.Join(root, "app")
+	write(t, filepath.Join(tree, "a.txt"), "a")
+	write(t, filepath.Join(tree, "sub", "b.txt"), "b")
+	write(t, filepath.Join(tree, "gone.txt"), "gone")
+	write(t, filepath.Join(tree, "mode.txt"), "m")
+	if err := os.Symlink("a.txt", filepath.Join(tree, "link")); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(Config{Dir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.Mark(Request{Name: "start", Paths: []string{root}, Keep: []string{tree}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Entries != 8 {
+		t.Errorf("entries = %d; want 8", m.Entries)
+	}
+	c, err := s.Changes("start", nil, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Count() != 0 {
+		t.Fatalf("changes right after the mark: %+v", c)
+	}
+	write(t, filepath.Join(tree, "a.txt"), "A")
+	write(t, filepath.Join(tree, "new.txt"), "new")
+	os.Remove(filepath.Join(tree, "gone.txt"))
+	os.Chmod(filepath.Join(tree, "mode.txt"), 0o600)
+	os.Remove(filepath.Join(tree, "link"))
+	os.Symlink("/etc/passwd", filepath.Join(tree, "link"))
+	os.RemoveAll(filepath.Join(tree, "sub"))
+	os.Symlink("/", filepath.Join(tree, "sub"))
+	c, err = s.Changes("start", nil, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{tree + "/new.txt"}
+	if got := listed(c.Added); !slices.Equal(got, want) {
+		t.Errorf("added %q; want %q", got, want)
+	}
+	want = []string{tree + "/a.txt content", tree + "/link target", tree + "/mode.txt mode", tree + "/sub type"}
+	if got := listed(c.Modified); !slices.Equal(got, want) {
+		t.Errorf("modified %q; want %q", got, want)
+	}
+	want = []string{tree + "/gone.txt", tree + "/sub/b.txt"}
+	if got := listed(c.Deleted); !slices.Equal(got, want) {
+		t.Errorf("deleted %q; want %q", got, want)
+	}
+	r, err := s.Restore("start", nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("restored %+v", r)
+	c, err = s.Changes("start", nil, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Count() != 0 {
+		t.Fatalf("changes after restore: added %q modified %q deleted %q", listed(c.Added), listed(c.Modified), listed(c.Deleted))
+	}
+	if b, _ := os.ReadFile(filepath.Join(tree, "sub", "b.txt")); string(b) != "b" {
+		t.Errorf("sub/b.txt = %q", b)
+	}
+	// Survives reopening; unmark frees the objects.
+	s2, err := Open(Config{Dir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s2.Names(); !slices.Equal(got, []string{"start"}) {
+		t.Errorf("names after reopening %q", got)
+	}
+	if err := s2.Unmark("start"); err != nil {
+		t.Fatal(err)
+	}
+	objs, _ := os.ReadDir(filepath.Join(state, "marks", "objects"))
+	if len(objs) != 0 {
+		t.Errorf("%d objects left after unmark", len(objs))
+	}
+}
+
+// changes narrowed to a path whose parent was swapped for a symbolic link
+// lists what the mark had there as deleted, rather than failing (an
+// agent must not make the boundary's files unreadable that way).
+func TestChangesUnderSwappedParent(t *testing.T) {
+	root := t.TempDir()
+	victim := t.TempDir()
+	write(t, filepath.Join(root, "tests", "sub", "t.py"), "t")
+	write(t, filepath.Join(victim, "sub", "t.py"), "t")
+	s, err := Open(Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Mark(Request{Name: "m", Paths: []string{root}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(filepath.Join(root, "tests"))
+	os.Symlink(victim, filepath.Join(root, "tests"))
+	c, err := s.Changes("m", []string{filepath.Join(root, "tests", "sub")}, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{root + "/tests/sub", root + "/tests/sub/t.py"}
+	if got := listed(c.Deleted); !slices.Equal(got, want) || len(c.Added) != 0 {
+		t.Fatalf("deleted %q added %q; want %q", got, listed(c.Added), want)
+	}
+}
