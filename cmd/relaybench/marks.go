@@ -204,6 +204,9 @@ func newMarksRun(bin string, sh marksShape) (*marksRun, string) {
 		return fail("writing the tree: " + err.Error())
 	}
 	logf("marks: wrote %s files (%s) in %s", commas(m.files), mibOf(m.bytes), time.Since(t0).Round(time.Millisecond))
+	if m.files < 9 {
+		return fail(fmt.Sprintf("a tree of %d files: the 10 changes need at least 9", m.files))
+	}
 	state := filepath.Join(m.dir, "state")
 	m.sameFS = "all on one filesystem"
 	if a, b := devOf(m.dir), devOf(m.tree); a != b || a == 0 {
@@ -648,7 +651,7 @@ func (m *marksRun) checkChanges(ch client.Changes) error {
 func (m *marksRun) recycle(ctx context.Context, name string, xs [][]float64, server map[int][]float64) error {
 	pidFile := filepath.Join(m.dir, "leftovers.pid")
 	os.Remove(pidFile)
-	script := fmt.Sprintf("for i in $(seq %d); do /bin/sleep 1000 & echo $! >> %s; done", marksLeftovers, shq(pidFile))
+	script := fmt.Sprintf("i=0; while [ $i -lt %d ]; do i=$((i+1)); /bin/sleep 1000 & echo $! >> %s; done", marksLeftovers, shq(pidFile))
 	x, err := m.c.Execute(ctx, client.Request{Command: "/bin/sh", Args: []string{"-c", script}, Timeout: time.Minute})
 	if err == nil && (x.Termination != client.Exited || x.ExitCode != 0) {
 		err = fmt.Errorf("the leftovers' execute: %s, exit %d", x.Termination, x.ExitCode)
