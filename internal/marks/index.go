@@ -85,7 +85,7 @@ func Under(p, root string) bool {
 	if root == "/" {
 		return strings.HasPrefix(p, "/")
 	}
-	return p == root || strings.HasPrefix(p, root+"/") && len(p) > len(root)+1
+	return len(p) >= len(root) && p[:len(root)] == root && (len(p) == len(root) || p[len(root)] == '/' && len(p) > len(root)+1)
 }
 
 const (

@@ -322,6 +322,10 @@ func (r *restorer) entry(dfd int, name string, e *Entry, it *indexReader) {
 		r.dir(fd, p, it)
 		r.setMeta(fd, p, e, !made)
 	case unix.S_IFREG:
+		if exists && curType == unix.S_IFREG && e.Hashed && st.Ino == e.Ino && st.Dev == e.Dev &&
+			unix.TimespecToNsec(st.Ctim) == e.Ctime && st.Size == e.Size && e.Ctime < r.meta.Start {
+			return // untouched since the mark: a write, chmod, chown or utimes would have moved its change time
+		}
 		if exists && curType == unix.S_IFREG && e.Hashed {
 			f, ok, err := openFile(dfd, name, &st)
 			if err == nil && ok {
