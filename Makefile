@@ -133,12 +133,12 @@ endif
 conformance: build
 	python3 $(SHARED)/conformance/run.py --relayd $(BIN) --extensions
 
-## bench: the benchmark suite against bin/relayd (about 8 minutes): a table on stdout, the figures in
+## bench: the benchmark suite against bin/relayd (about 10 minutes): a table on stdout, the figures in
 ## bench/results.json. Without sshd the ssh comparison is skipped, saying so; BENCH_INSTALL_SSH=1 opts in to
 ## installing OpenSSH with apt-get for it (as root). With Docker, the docker section compares docker exec with
 ## relayd in one container (task image $(TASK_IMAGE), built when missing as make task-image does); without, it
 ## is skipped, saying so. BENCHFLAGS=--quick for a smoke run, BENCHFLAGS='--only roundtrip,ssh' for some
-## sections: roundtrip, ssh, throughput, settle, output, footprint, docker (compare with --before OLD).
+## sections: roundtrip, ssh, throughput, settle, output, footprint, docker, marks (compare with --before OLD).
 BENCHFLAGS        ?=
 BENCH_INSTALL_SSH ?=
 .PHONY: bench

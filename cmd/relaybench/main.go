@@ -36,7 +36,7 @@ import (
 
 // sectionNames are the parts of the run, in the order they run; --only
 // picks some of them.
-var sectionNames = []string{"roundtrip", "ssh", "throughput", "settle", "output", "footprint", "docker", "compare", "fleet", "loopback", "transfer"}
+var sectionNames = []string{"roundtrip", "ssh", "throughput", "settle", "output", "footprint", "docker", "compare", "fleet", "loopback", "transfer", "marks"}
 
 // optIn are the sections only --only runs: fleet starts thousands of
 // relayds, transfer moves gigabytes through a container (and on
@@ -126,6 +126,9 @@ func run(args []string) error {
 	}
 	if cfg.only["transfer"] {
 		b.transfer()
+	}
+	if cfg.only["marks"] {
+		b.marks()
 	}
 	rep.finish(began)
 	fmt.Print(rep.table())
