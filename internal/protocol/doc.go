@@ -35,6 +35,7 @@ const (
 	CatBusy            = "busy"
 	CatShuttingDown    = "shutting-down"
 	CatNotFound        = "not-found" // attach: no such detached execution (section 4.5)
+	CatFailed          = "failed"    // a session's command whose status cannot be trusted (section 4.7)
 )
 
 // Diagnostic categories (sections 4.2 and 5).
