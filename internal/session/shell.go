@@ -91,6 +91,7 @@ type statusMsg struct {
 	keys   bool // "<nonce> k": on a pty, the command ended; the shell waits until relayd drops its unread keystrokes
 	clean  bool // "<nonce> c": bash's guard found nothing an earlier command left that could fake the status
 	ended  bool // "<end> e": the line ended (with its own nonce)
+	from   int  // the sender's pid, as the kernel gave it
 }
 
 // router sends a shell's output to the capture of the command that runs,
@@ -336,7 +337,7 @@ func (sh *shell) readStatus(pid int, log zerolog.Logger) {
 			continue
 		}
 		nonce, code, ok := parseStatus(buf[:n])
-		m := statusMsg{nonce: nonce, opened: code == "o", begins: code == "b", keys: code == "k", clean: code == "c", ended: code == "e"}
+		m := statusMsg{nonce: nonce, opened: code == "o", begins: code == "b", keys: code == "k", clean: code == "c", ended: code == "e", from: from}
 		c, err := strconv.Atoi(code)
 		if !ok || !m.opened && !m.begins && !m.keys && !m.clean && !m.ended && (err != nil || c < 0 || c > 255 || strconv.Itoa(c) != code) {
 			continue
@@ -543,6 +544,7 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 		case m := <-sh.msgs:
 			if m.nonce == end && m.ended {
 				// The line ended and no status came.
+				subshellGone(m.from, time.Now().Add(cutLimit))
 				res.Untrusted = noStatus
 				if !clean {
 					res.Untrusted = untrusted
@@ -589,11 +591,10 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 			if !clean {
 				res.Untrusted = untrusted
 			}
-			if sh.screen != nil {
-				// The line's end: the shell is back at its prompt, the
-				// terminal its own again, once the reply goes.
-				sh.awaitEnd(end)
-			}
+			// The line's end: the subshells that said the status are gone
+			// (no survivors of the command), and on a pty the shell is
+			// back at its prompt, the terminal its own again.
+			sh.awaitEnd(end)
 			finish()
 			sh.last, sh.lastOK = s.commandSurvivors(c, scope, before, shellM, &res)
 			return res, st, false, ""
@@ -687,17 +688,30 @@ const untrusted = "execute: this session's shell holds something an earlier comm
 // awaitEnd waits, at most cutLimit, for the end ("e") of a command's line
 // whose status came.
 func (sh *shell) awaitEnd(end string) {
+	deadline := time.Now().Add(cutLimit)
 	t := time.NewTimer(cutLimit)
 	defer t.Stop()
 	for {
 		select {
 		case m := <-sh.msgs:
 			if m.nonce == end && m.ended {
+				subshellGone(m.from, deadline)
 				return
 			}
 		case <-t.C:
 			return
 		}
+	}
+}
+
+// subshellGone waits, until deadline, for the subshell pid that said a
+// line's end to have ended (gone, or a zombie its shell reaps at once).
+func subshellGone(pid int, deadline time.Time) {
+	for pid > 0 && time.Now().Before(deadline) {
+		if info, ok := readStat(pid); !ok || info.state == 'Z' {
+			return
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
