@@ -637,10 +637,11 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 	// ends the session.
 	wait := time.NewTimer(cutLimit)
 	defer wait.Stop()
+	probe := ""
 	for {
 		select {
 		case m := <-sh.msgs:
-			if m.nonce == end && m.ended {
+			if (m.nonce == end || m.nonce == probe) && m.ended {
 				finish() // the shell is back: its line ended
 				return res, st, false, why
 			}
@@ -671,6 +672,17 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 			res.Cwd = ""
 			return res, st, true, ""
 		case <-wait.C:
+			if probe == "" && sh.screen == nil {
+				// The settlement may have ended the subshells that say
+				// the line's status and end (they started after the
+				// command began): ask the shell whether it reads again.
+				probe = newNonce()
+				_ = subj.Stdin.SetWriteDeadline(time.Now().Add(s.cfg.TeardownTimeout))
+				if _, err := io.WriteString(subj.Stdin, sh.endLine(probe)); err == nil {
+					wait.Reset(cutLimit)
+					continue
+				}
+			}
 			res.SessionEnded = true
 			res.Detail = "the shell itself did not come back from the interrupted command; the session is closed"
 			finish()
@@ -842,10 +854,7 @@ func (sh *shell) line(req *protocol.Execute, nonce, end, fifo string) string {
 	// come (the script itself left a trap or option that refused the
 	// subshell) is then an error, not a wait. Said twice with bash, the
 	// second time without POSIX mode (a readonly POSIXLY_CORRECT).
-	last := sub(say("'"+end+" e'")) + "\n"
-	if bash {
-		last = "(" + pre + say("'"+end+" e'") + ")2>&-||" + `(\trap -- '` + end + ` e' USR2;\trap -p USR2 >&3)2>&-` + "\n"
-	}
+	last := sh.endLine(end)
 	switch {
 	case fifo != "":
 		inner := sub(pre+say("'"+nonce+" o'")) + ";" + eval + " " + shQuote(req.Script) + " 3>&-"
@@ -858,6 +867,17 @@ func (sh *shell) line(req *protocol.Execute, nonce, end, fifo string) string {
 		fmt.Fprintf(&b, "%s %s%s 3>&-;%s;%s", eval, shQuote(req.Script), in, status, last)
 	}
 	return b.String()
+}
+
+// endLine is a line's end (line): "<end> e", said in POSIX mode, or
+// without it (a readonly POSIXLY_CORRECT) with bash. Alone, it asks a
+// shell whether it reads its stdin again.
+func (sh *shell) endLine(end string) string {
+	msg := `\trap -- '` + end + ` e' USR2;`
+	if sh.kind != protocol.ShellBash {
+		return "(" + msg + `\trap >&3)` + "\n"
+	}
+	return `(POSIXLY_CORRECT=y;` + msg + `\trap -p USR2 >&3 0<&"0${SHELLOPTS/*posix*/}")2>&-||(` + msg + `\trap -p USR2 >&3)2>&-` + "\n"
 }
 
 // shellSetup is what a session's shell runs once, when it opens, before

@@ -28,6 +28,7 @@ from .errors import (
     IgnoredFieldsWarning,
     LineTooLongError,
     NotFoundError,
+    FailedError,
     ProtocolError,
     RelaydError,
     ReplyTimeoutError,
@@ -66,7 +67,7 @@ __all__ = [
     "Usage", "ExecutionUsage",
     "EXITED", "FRAMEWORK_TIMEOUT", "NONE", "SETTLED", "DESTROYED", "FAILED",
     "RelaydError", "ProtocolError", "BadJSONError", "LineTooLongError", "UnauthenticatedError",
-    "BadRequestError", "UnknownKindError", "BusyError", "ShuttingDownError", "NotFoundError", "DirectoryError",
+    "BadRequestError", "UnknownKindError", "BusyError", "ShuttingDownError", "NotFoundError", "FailedError", "DirectoryError",
     "ConnectionLostError", "ReplyTimeoutError", "UnexpectedReplyError", "ResultCarrierError",
     "IgnoredFieldsWarning",
 ]

@@ -98,6 +98,15 @@ class NotFoundError(ProtocolError):
     category = "not-found"
 
 
+class FailedError(ProtocolError):
+    """``failed``: a shell session's command whose status cannot be trusted
+    (something an earlier command left in the shell) or did not come
+    (protocol 4.7, "Whose status"); run checks that must be trusted in a
+    fresh execution."""
+
+    category = "failed"
+
+
 CATEGORIES: Dict[str, Type[ProtocolError]] = {
     cls.category: cls
     for cls in (
@@ -109,6 +118,7 @@ CATEGORIES: Dict[str, Type[ProtocolError]] = {
         BusyError,
         ShuttingDownError,
         NotFoundError,
+        FailedError,
     )
 }
 
