@@ -1,7 +1,6 @@
 package session
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -93,7 +92,6 @@ type statusMsg struct {
 	clean  bool // "<nonce> c": bash's guard found nothing an earlier command left that could fake the status
 	ended  bool // "<end> e": the line ended (with its own nonce)
 	from   int  // the sender's pid, as the kernel gave it
-	listed bool // with clean: the listing shows no trap but relayd's, and every default one (cleanListing)
 }
 
 // router sends a shell's output to the capture of the command that runs,
@@ -328,8 +326,6 @@ func (s *Server) dropShell(sh *shell) {
 func (sh *shell) readStatus(pid int, log zerolog.Logger) {
 	buf := make([]byte, 16<<10)
 	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred))
-	var list []byte // a guard's listing so far (cleanListing), from listFrom
-	listFrom, over := 0, false
 	for {
 		n, oobn, _, _, err := sh.status.ReadMsgUnix(buf, oob)
 		if err != nil {
@@ -340,31 +336,8 @@ func (sh *shell) readStatus(pid int, log zerolog.Logger) {
 			log.Warn().Int("sender", from).Msg("a status message not from the session's shell was dropped")
 			continue
 		}
-		// A bash guard's trap -p comes a line per message: its lines are
-		// gathered by sender, and the listing counts once its last line
-		// (RETURN's) came, with the guard's "<nonce> c" among them.
-		if from != listFrom {
-			list, listFrom, over = list[:0], from, false
-		}
-		if len(list)+n > maxListing {
-			over = true
-		} else if !over {
-			list = append(list, buf[:n]...)
-		}
 		nonce, code, ok := parseStatus(buf[:n])
-		if ok && code == "c" {
-			continue // a line of the listing
-		}
-		if bytes.HasSuffix(buf[:n], []byte(" RETURN\n")) {
-			if nonce, code, ok = parseStatus(list); !ok || code != "c" {
-				continue
-			}
-		}
 		m := statusMsg{nonce: nonce, opened: code == "o", begins: code == "b", keys: code == "k", clean: code == "c", ended: code == "e", from: from}
-		if m.clean {
-			m.listed = !over && cleanListing(list, nonce)
-			list, listFrom = list[:0], 0
-		}
 		c, err := strconv.Atoi(code)
 		if !ok || !m.opened && !m.begins && !m.keys && !m.clean && !m.ended && (err != nil || c < 0 || c > 255 || strconv.Itoa(c) != code) {
 			continue
@@ -611,23 +584,17 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 				continue
 			}
 			if m.clean {
-				// The guard's listing: the script runs only on relayd's "0".
-				clean = m.listed
-				word := "1" // one byte: read -n 1 takes it whole from the message
-				if clean {
-					word = "0"
-				}
-				_, _ = sh.status.Write([]byte(word))
+				clean = true
 				continue
 			}
 			res.ExitCode = m.code
 			if !clean {
 				res.Untrusted = untrusted
 			}
-			// The line's end: the subshell that said the status is gone
-			// (no survivor of the command), and on a pty the shell is
+			// The line's end: the subshells that said the status are gone
+			// (no survivors of the command), and on a pty the shell is
 			// back at its prompt, the terminal its own again.
-			subshellGone(m.from, time.Now().Add(cutLimit))
+			sh.awaitEnd(end)
 			finish()
 			sh.last, sh.lastOK = s.commandSurvivors(c, scope, before, shellM, &res)
 			return res, st, false, ""
@@ -678,11 +645,7 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 				finish() // the shell is back: its line ended
 				return res, st, false, why
 			}
-			if m.nonce == nonce && m.clean {
-				_, _ = sh.status.Write([]byte("1")) // the guard waits: the script is not run
-				continue
-			}
-			if m.nonce != nonce || m.ended {
+			if m.nonce != nonce || m.clean || m.ended {
 				continue
 			}
 			if m.opened {
@@ -734,11 +697,30 @@ const untrusted = "execute: this session's shell holds something an earlier comm
 	"(a trap, a function named eval, functrace or errtrace, a readonly POSIXLY_CORRECT), so the command was not run and has no status; " +
 	"undo it in the session, or close it and run checks that must be trusted in a fresh execution"
 
+// awaitEnd waits, at most cutLimit, for the end ("e") of a command's line
+// whose status came.
+func (sh *shell) awaitEnd(end string) {
+	deadline := time.Now().Add(cutLimit)
+	t := time.NewTimer(cutLimit)
+	defer t.Stop()
+	for {
+		select {
+		case m := <-sh.msgs:
+			if m.nonce == end && m.ended {
+				subshellGone(m.from, deadline)
+				return
+			}
+		case <-t.C:
+			return
+		}
+	}
+}
+
 // subshellGone waits, until deadline, for the subshell pid that said a
-// line's status or end to be gone (its shell reaps it at once).
+// line's end to have ended (gone, or a zombie its shell reaps at once).
 func subshellGone(pid int, deadline time.Time) {
 	for pid > 0 && time.Now().Before(deadline) {
-		if _, ok := readStat(pid); !ok {
+		if info, ok := readStat(pid); !ok || info.state == 'Z' {
 			return
 		}
 		time.Sleep(time.Millisecond)
@@ -842,11 +824,13 @@ func (sh *shell) line(req *protocol.Execute, nonce, end, fifo string) string {
 	eval := `\eval`
 	var b strings.Builder
 	if bash {
-		// The guard: every trap of the shell (a function named eval
-		// shows as a USR1 trap), listed for relayd (cleanListing), whose
-		// word decides whether the script runs.
-		b.WriteString(sub(pre + `\unset -f command;\command \readonly -f eval 2>&- && \trap -- x USR1;` +
-			`\trap -- '` + nonce + ` c' USR2;\trap -p >&3 0<&"0` + posix + `";\unset -f read;\read -r -n 1 ` + v + `k <&3;\exit "$` + v + `k"`))
+		// The guard: any trap (but an ignored signal) or a function
+		// named eval shows in t as "trap -- ".
+		t := v + "t"
+		b.WriteString(sub(pre + t + `=$(\trap -p;\readonly -f eval 2>&- && \trap -- x USR2 && \trap -p USR2);` +
+			t + `=${` + t + `//"trap -- - "/};` + t + `=${` + t + `//"trap -- '' "/};` +
+			v + `=${` + t + `#"${` + t + `%%"trap -- "*}"};` +
+			strings.ReplaceAll(say("'"+nonce+" c'"), posix, posix+"$"+v)))
 		b.WriteString("&&")
 	} else {
 		// dash looks special builtins up before functions: unset is one;
@@ -864,18 +848,23 @@ func (sh *shell) line(req *protocol.Execute, nonce, end, fifo string) string {
 		b.WriteString(iv + "=" + shQuote(string(req.Input)) + ";")
 		in = `< <(` + pre + `\unset -f printf;printf %s "$` + iv + `")`
 	}
-	// The status; the line's end only when it could not be said.
-	status := sub(v+"=$?;"+pre+say(`"`+nonce+` $`+v+`"`)) + "||" + strings.TrimSuffix(sh.endLine(end), "\n")
+	status := sub(v + "=$?;" + pre + say(`"`+nonce+` $`+v+`"`))
+	// The line's end, said with a nonce of its own, which is all any
+	// trap or function that runs in it can see: a status that did not
+	// come (the script itself left a trap or option that refused the
+	// subshell) is then an error, not a wait. Said twice with bash, the
+	// second time without POSIX mode (a readonly POSIXLY_CORRECT).
+	last := sh.endLine(end)
 	switch {
 	case fifo != "":
 		inner := sub(pre+say("'"+nonce+" o'")) + ";" + eval + " " + shQuote(req.Script) + " 3>&-"
-		fmt.Fprintf(&b, "%s %s <%s;%s\n", eval, shQuote(inner), shQuote(fifo), status)
+		fmt.Fprintf(&b, "%s %s <%s;%s;%s", eval, shQuote(inner), shQuote(fifo), status, last)
 	case sh.screen != nil:
 		b.WriteString(sub(pre+say("'"+nonce+" b'")+wait) + "&&")
 		fmt.Fprintf(&b, "%s %s%s 3>&-;", eval, shQuote(req.Script), in)
-		b.WriteString(sub(v+"=$?;"+pre+say("'"+nonce+" k'")+wait+say(`"`+nonce+` $`+v+`"`)) + "||" + sh.endLine(end))
+		b.WriteString(sub(v+"=$?;"+pre+say("'"+nonce+" k'")+wait+say(`"`+nonce+` $`+v+`"`)) + ";" + last)
 	default:
-		fmt.Fprintf(&b, "%s %s%s 3>&-;%s\n", eval, shQuote(req.Script), in, status)
+		fmt.Fprintf(&b, "%s %s%s 3>&-;%s;%s", eval, shQuote(req.Script), in, status, last)
 	}
 	return b.String()
 }
@@ -902,40 +891,6 @@ func shellSetup(pty bool) string {
 		return "enable -n enable bind;readonly PS0=;unset PROMPT_COMMAND"
 	}
 	return "enable -n enable\n"
-}
-
-// maxListing bounds a guard's listing relayd gathers (rule 6.11): every
-// signal's default line is about 1.2 KiB; a longer one is not clean.
-const maxListing = 64 << 10
-
-// cleanListing reports whether a bash guard's message (trap -p in POSIX
-// mode, every signal listed) shows no trap but the guard's own ("<nonce>
-// c" on USR2) and ignored or default ones, down to DEBUG, ERR and RETURN,
-// which bash lists last: a listing cut into two messages is not clean.
-func cleanListing(b []byte, nonce string) bool {
-	seen := 0
-	for line := range strings.SplitSeq(strings.TrimSuffix(string(b), "\n"), "\n") {
-		rest, ok := strings.CutPrefix(line, "trap -- ")
-		if !ok {
-			return false
-		}
-		if rest == "'"+nonce+" c' USR2" || rest == "'"+nonce+" c' SIGUSR2" {
-			continue // the guard's own
-		}
-		text, name, ok := strings.Cut(rest, " ")
-		if !ok || name == "" || strings.Trim(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+-") != "" {
-			return false
-		}
-		switch {
-		case text == "-" || text == "''":
-			if name == "DEBUG" || name == "ERR" || name == "RETURN" {
-				seen++
-			}
-		default:
-			return false
-		}
-	}
-	return seen == 3
 }
 
 // parseStatus reads one status message: a trap -p (or dash's trap)
