@@ -35,7 +35,7 @@ const (
 	CatBusy            = "busy"
 	CatShuttingDown    = "shutting-down"
 	CatNotFound        = "not-found" // attach: no such detached execution (section 4.5)
-	CatFailed          = "failed"    // a get's body: the file changed while it was sent (section 4.6, "Bulk bodies")
+	CatFailed          = "failed"    // a get's body: the file changed while it was sent (section 4.6, "Bulk bodies"); a session command whose status cannot be trusted (section 4.7)
 )
 
 // Diagnostic categories (sections 4.2 and 5).

@@ -95,6 +95,10 @@ type ScopeInfo struct {
 
 // Executed is the reply to execute, sent once per execute when it ends.
 type Executed struct {
+	// Untrusted, when set, is why a session's command has no status that
+	// can be trusted: the reply is an error (CatFailed) that says so,
+	// never this executed (section 4.7).
+	Untrusted        string          `json:"-"`
 	Token            string          `json:"token,omitempty"`
 	Kind             string          `json:"kind"` // "executed"
 	ID               json.RawMessage `json:"id,omitempty"`

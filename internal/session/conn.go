@@ -600,6 +600,11 @@ func (cn *conn) finished(res protocol.Executed) {
 	if ex.stream != nil {
 		ex.stream.owed(cn, cn.curID)
 	}
+	if res.Untrusted != "" {
+		cn.writeError(cn.curID, protocol.CatFailed, res.Untrusted)
+		cn.curID, cn.curIgnored = nil, nil
+		return
+	}
 	res.Token = cn.token()
 	res.ID, res.Ignored = cn.curID, cn.curIgnored
 	cn.curID, cn.curIgnored = nil, nil

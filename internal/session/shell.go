@@ -34,12 +34,13 @@ import (
 //
 // Each command is one line written to the shell's stdin (a pipe): the
 // script, quoted, is eval'ed with stdin /dev/null (or its input) and
-// descriptor 3 closed, and then the shell itself (a builtin, no fork)
-// writes "<nonce> <status>" to its descriptor 3, a SOCK_SEQPACKET socket
-// whose other end relayd holds with SO_PASSCRED: a message counts only
-// when the kernel says the shell's own pid sent it and it carries the
-// command's nonce (docs/scopes.md, "Shell sessions"). Nothing the command
-// prints is read for its status.
+// descriptor 3 closed, and subshells of the shell, built so that nothing
+// an earlier command left in it can run in them (line), write
+// "<nonce> <status>" to descriptor 3, a SOCK_SEQPACKET socket whose other
+// end relayd holds with SO_PASSCRED: a message counts only when the kernel
+// says the shell or a process descended from it sent it and it carries
+// the command's nonce (docs/scopes.md, "Shell sessions"). Nothing the
+// command prints is read for its status.
 
 // shell is one open session.
 type shell struct {
@@ -52,9 +53,10 @@ type shell struct {
 	status *net.UnixConn
 	msgs   chan statusMsg // status messages the shell itself sent
 
-	cmds chan *command
-	busy atomic.Bool
-	used atomic.Int64 // when the last command ended (unix ns)
+	cmds    chan *command
+	busy    atomic.Bool
+	used    atomic.Int64  // when the session was last used (unix ns): touch
+	touched chan struct{} // a use since the idle timer was last set; buffered
 
 	up   chan struct{} // closed once the shell runs
 	subj *exec.Subject // set before up is closed
@@ -87,6 +89,9 @@ type statusMsg struct {
 	opened bool // "<nonce> o": the shell opened the command's stdin FIFO
 	begins bool // "<nonce> b": on a pty, the script begins (the typed line's echo is before)
 	keys   bool // "<nonce> k": on a pty, the command ended; the shell waits until relayd drops its unread keystrokes
+	clean  bool // "<nonce> c": bash's guard found nothing an earlier command left that could fake the status
+	ended  bool // "<end> e": the line ended (with its own nonce)
+	from   int  // the sender's pid, as the kernel gave it
 }
 
 // router sends a shell's output to the capture of the command that runs,
@@ -123,7 +128,8 @@ type sessionErr struct{ category, message string }
 func (s *Server) openShell(req *protocol.Execute, shellKind string, user *env.User, log zerolog.Logger) (*shell, *sessionErr) {
 	// The session counts from now on, starting or not, so that no two
 	// opens pass --max-sessions; it is named once it runs (shellNamed).
-	sh := &shell{kind: shellKind, began: time.Now(), msgs: make(chan statusMsg, 8), cmds: make(chan *command), up: make(chan struct{})}
+	sh := &shell{kind: shellKind, began: time.Now(), msgs: make(chan statusMsg, 8), cmds: make(chan *command), up: make(chan struct{}),
+		touched: make(chan struct{}, 1)}
 	s.mu.Lock()
 	if len(s.shells) >= s.cfg.MaxSessions {
 		n := len(s.shells)
@@ -180,12 +186,20 @@ func (s *Server) openShell(req *protocol.Execute, shellKind string, user *env.Us
 	if req.Pty != nil {
 		// An interactive shell on the terminal, as a person has it.
 		req.Args = append(req.Args, "-i")
+		if shellKind == protocol.ShellBash {
+			req.Environment["PROMPT_COMMAND"] = shellSetup(true) // run before the first prompt, before anything is typed
+		}
 		sh.screen = newScreen(s.cfg.SessionBuffer)
 		sh.stdout.also = sh.screen
 	}
 	ex := s.startWith(nil, req, nil, user, log.With().Str("session", name).Logger(), sh)
 	select {
 	case <-sh.up:
+		if shellKind == protocol.ShellBash && req.Pty == nil {
+			// Before any command: the shell reads its stdin in order.
+			_ = sh.subj.Stdin.SetWriteDeadline(time.Now().Add(s.cfg.TeardownTimeout))
+			_, _ = io.WriteString(sh.subj.Stdin, shellSetup(false))
+		}
 	case <-ex.finished:
 		res := <-ex.done
 		sh.status.Close()
@@ -196,6 +210,16 @@ func (s *Server) openShell(req *protocol.Execute, shellKind string, user *env.Us
 		return nil, &sessionErr{protocol.CatBadRequest, fmt.Sprintf("open: the shell could not be started (%d): %s", res.ExitCode, detail)}
 	}
 	return sh, nil
+}
+
+// touch records a use of the session (protocol 4.7: a stdin, read,
+// resize or execute naming it): its idle time counts from now.
+func (sh *shell) touch() {
+	sh.used.Store(time.Now().UnixNano())
+	select {
+	case sh.touched <- struct{}{}:
+	default: // one pending is enough: the loop reads the time anew
+	}
 }
 
 // running reports whether the session's shell has started (subj is set).
@@ -296,10 +320,11 @@ func (s *Server) dropShell(sh *shell) {
 }
 
 // readStatus reads the status channel until it closes: a message counts
-// only when the kernel says the shell itself (pid) sent it; it is queued
-// for the command's nonce to be checked. Anything else is dropped.
+// only when the kernel says the shell (pid) or one of its subshells sent
+// it; it is queued for the command's nonce to be checked. Anything else
+// is dropped.
 func (sh *shell) readStatus(pid int, log zerolog.Logger) {
-	buf := make([]byte, 128)
+	buf := make([]byte, 16<<10)
 	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred))
 	for {
 		n, oobn, _, _, err := sh.status.ReadMsgUnix(buf, oob)
@@ -307,14 +332,14 @@ func (sh *shell) readStatus(pid int, log zerolog.Logger) {
 			return
 		}
 		from := senderPID(oob[:oobn])
-		if from != pid {
+		if !fromShell(from, pid) {
 			log.Warn().Int("sender", from).Msg("a status message not from the session's shell was dropped")
 			continue
 		}
-		nonce, code, ok := strings.Cut(strings.TrimSuffix(string(buf[:n]), "\n"), " ")
-		m := statusMsg{nonce: nonce, opened: code == "o", begins: code == "b", keys: code == "k"}
+		nonce, code, ok := parseStatus(buf[:n])
+		m := statusMsg{nonce: nonce, opened: code == "o", begins: code == "b", keys: code == "k", clean: code == "c", ended: code == "e", from: from}
 		c, err := strconv.Atoi(code)
-		if !ok || !m.opened && !m.begins && !m.keys && (err != nil || c < 0 || c > 255) {
+		if !ok || !m.opened && !m.begins && !m.keys && !m.clean && !m.ended && (err != nil || c < 0 || c > 255 || strconv.Itoa(c) != code) {
 			continue
 		}
 		m.code = c
@@ -323,6 +348,31 @@ func (sh *shell) readStatus(pid int, log zerolog.Logger) {
 		default: // nobody waits for so many: dropped
 		}
 	}
+}
+
+// fromShell reports whether the kernel's sender of a status message is the
+// shell (pid) or one of its subshells (line), as far as /proc shows: a
+// subshell that said its word and ended may be gone already.
+func fromShell(from, pid int) bool {
+	if from == pid {
+		return true
+	}
+	if from <= 0 {
+		return false
+	}
+	for range 8 { // a subshell's subshell (bash forks one for a job on a terminal)
+		info, ok := readStat(from)
+		switch {
+		case !ok:
+			return true // gone already
+		case info.ppid == pid:
+			return true
+		case info.ppid <= 1:
+			return false
+		}
+		from = info.ppid
+	}
+	return false
 }
 
 // senderPID is the pid of SCM_CREDENTIALS in oob, or -1.
@@ -365,11 +415,17 @@ func (s *Server) serveShell(ex *execution, subj *exec.Subject) (exec.Status, boo
 		case reason = <-ex.stopCh:
 		case <-s.stopping:
 			reason = "shutdown"
+		case <-sh.touched:
+			idle.Reset(time.Until(time.Unix(0, sh.used.Load()).Add(s.cfg.SessionIdle)))
 		case <-idle.C:
+			if rest := time.Until(time.Unix(0, sh.used.Load()).Add(s.cfg.SessionIdle)); rest > 0 {
+				idle.Reset(rest) // used meanwhile
+				continue
+			}
 			reason = "--session-idle-timeout"
 		case c := <-sh.cmds:
 			res, st, exited, why := s.runCommand(sh, subj, c)
-			sh.used.Store(time.Now().UnixNano())
+			sh.touch()
 			c.reply <- res
 			if exited {
 				return st, true, ""
@@ -395,8 +451,10 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 	began := time.Now()
 	res = protocol.Executed{Kind: "executed", Execution: c.ex.id, Session: sh.name, Settlement: protocol.SettleNone,
 		Survivors: []protocol.Survivor{}, Scope: protocol.ScopeInfo{Mechanism: s.cfg.Mechanism}, Termination: protocol.Exited}
+	use := lookShellUse(subj.PID, subj)
 	defer func() {
 		res.DurationMs = time.Since(began).Milliseconds()
+		res.Usage = commandUsage(use, lookShellUse(subj.PID, subj), exited)
 		c.ex.log.Info().Str("termination", res.Termination).Int("exitCode", res.ExitCode).
 			Str("settlement", res.Settlement).Bool("sessionEnded", res.SessionEnded).Int64("durationMs", res.DurationMs).Msg("command ended")
 	}()
@@ -413,7 +471,7 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 			before = nil // every process but the shell then counts as the command's
 		}
 	}
-	nonce := newNonce()
+	nonce, end := newNonce(), newNonce()
 	out := newOutput(req, s.cfg.MaxStdoutBytes, s.cfg.MaxStderrBytes)
 	stdout, stderr := out.writers(c.ex.stream)
 	var fifo *stdinFifo
@@ -465,14 +523,15 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 		in = fifo.path()
 	}
 	_ = subj.Stdin.SetWriteDeadline(time.Now().Add(s.cfg.TeardownTimeout))
-	if _, err := io.WriteString(subj.Stdin, sh.line(req, nonce, in)); err != nil {
+	if _, err := io.WriteString(subj.Stdin, sh.line(req, nonce, end, in)); err != nil {
 		// The shell does not read: the session cannot go on.
 		res.Termination, res.ExitCode, res.SessionEnded = protocol.FrameworkTimeout, protocol.ExitFramework, true
 		res.Detail = "the shell did not take the command: " + err.Error()
 		finish()
 		return res, st, false, "the shell did not take a command"
 	}
-	opened := false // the shell said it opened the FIFO
+	opened := false                        // the shell said it opened the FIFO
+	clean := sh.kind != protocol.ShellBash // bash's guard said "c" (sh has none: see line)
 	var deadline <-chan time.Time
 	if req.TimeoutMs > 0 {
 		t := time.NewTimer(time.Duration(req.TimeoutMs) * time.Millisecond)
@@ -483,7 +542,18 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 	for reason == "" {
 		select {
 		case m := <-sh.msgs:
-			if m.nonce != nonce {
+			if m.nonce == end && m.ended {
+				// The line ended and no status came.
+				subshellGone(m.from, time.Now().Add(cutLimit))
+				res.Untrusted = noStatus
+				if !clean {
+					res.Untrusted = untrusted
+				}
+				finish()
+				sh.last, sh.lastOK = s.commandSurvivors(c, scope, before, shellM, &res)
+				return res, st, false, ""
+			}
+			if m.nonce != nonce || m.ended {
 				continue
 			}
 			if m.opened {
@@ -513,7 +583,18 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 				sh.dropKeys(c.ex, subj)
 				continue
 			}
+			if m.clean {
+				clean = true
+				continue
+			}
 			res.ExitCode = m.code
+			if !clean {
+				res.Untrusted = untrusted
+			}
+			// The line's end: the subshells that said the status are gone
+			// (no survivors of the command), and on a pty the shell is
+			// back at its prompt, the terminal its own again.
+			sh.awaitEnd(end)
 			finish()
 			sh.last, sh.lastOK = s.commandSurvivors(c, scope, before, shellM, &res)
 			return res, st, false, ""
@@ -556,10 +637,15 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 	// ends the session.
 	wait := time.NewTimer(cutLimit)
 	defer wait.Stop()
+	probe := ""
 	for {
 		select {
 		case m := <-sh.msgs:
-			if m.nonce != nonce {
+			if (m.nonce == end || m.nonce == probe) && m.ended {
+				finish() // the shell is back: its line ended
+				return res, st, false, why
+			}
+			if m.nonce != nonce || m.clean || m.ended {
 				continue
 			}
 			if m.opened {
@@ -586,6 +672,17 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 			res.Cwd = ""
 			return res, st, true, ""
 		case <-wait.C:
+			if probe == "" && sh.screen == nil {
+				// The settlement may have ended the subshells that say
+				// the line's status and end (they started after the
+				// command began): ask the shell whether it reads again.
+				probe = newNonce()
+				_ = subj.Stdin.SetWriteDeadline(time.Now().Add(s.cfg.TeardownTimeout))
+				if _, err := io.WriteString(subj.Stdin, sh.endLine(probe)); err == nil {
+					wait.Reset(cutLimit)
+					continue
+				}
+			}
 			res.SessionEnded = true
 			res.Detail = "the shell itself did not come back from the interrupted command; the session is closed"
 			finish()
@@ -593,6 +690,48 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 		}
 	}
 }
+
+// untrusted is the error of a bash session's command whose guard did not
+// pass (line): the status that came is not taken.
+const untrusted = "execute: this session's shell holds something an earlier command left that could fake a command's status " +
+	"(a trap, a function named eval, functrace or errtrace, a readonly POSIXLY_CORRECT), so the command was not run and has no status; " +
+	"undo it in the session, or close it and run checks that must be trusted in a fresh execution"
+
+// awaitEnd waits, at most cutLimit, for the end ("e") of a command's line
+// whose status came.
+func (sh *shell) awaitEnd(end string) {
+	deadline := time.Now().Add(cutLimit)
+	t := time.NewTimer(cutLimit)
+	defer t.Stop()
+	for {
+		select {
+		case m := <-sh.msgs:
+			if m.nonce == end && m.ended {
+				subshellGone(m.from, deadline)
+				return
+			}
+		case <-t.C:
+			return
+		}
+	}
+}
+
+// subshellGone waits, until deadline, for the subshell pid that said a
+// line's end to have ended (gone, or a zombie its shell reaps at once).
+func subshellGone(pid int, deadline time.Time) {
+	for pid > 0 && time.Now().Before(deadline) {
+		if info, ok := readStat(pid); !ok || info.state == 'Z' {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// noStatus is the error of a command whose line ended without a status:
+// the command itself left a trap or option that refused the subshell
+// that says it (line).
+const noStatus = "execute: the command's line ended without its status: the command left the shell in a state (functrace, errtrace, " +
+	"a readonly POSIXLY_CORRECT) in which its status cannot be said; undo it in the session"
 
 // commandSurvivors lists the processes the command started that still run.
 // It returns the look it made (all members), and whether it was complete.
@@ -633,52 +772,144 @@ func newCommandPart(scope exec.Scope, before []exec.Member, shellM exec.Member) 
 // line is the one command the shell reads for req: its script eval'ed
 // (as a single-quoted word: what bash reads from a pipe it reads a byte
 // per read(2), so the line is kept short) with stdin /dev/null (or its
-// input) and descriptor 3 closed, then the status, from the shell
-// itself, on descriptor 3. With fifo (its input and stdin,
-// fifo_linux.go), the shell first says on descriptor 3 that it opened it
-// ("<nonce> o"), so that relayd ends it only once it has.
+// input) and descriptor 3 closed; what it says on descriptor 3 comes from
+// subshells built so that nothing an earlier command left in the shell
+// (a function, an alias, a trap, an option, a readonly variable) runs in
+// them or can fake them (docs/protocol.md, 4.7 "Whose status"):
 //
-// On a pty, the shell says when the script begins ("<nonce> b": what the
-// terminal showed before is the typed line's echo, not the command's
-// output) and waits for relayd's word on descriptor 3 to run it; and
-// when it ended ("<nonce> k"), then waits again before its status and
-// its prompt: relayd takes the
-// command's output up to there, stops typing, and drops what the command
-// left unread in the terminal, which the shell would otherwise read as
-// its next command line.
-func (sh *shell) line(req *protocol.Execute, nonce, fifo string) string {
+//   - bash first checks the shell (guard): no trap, no function named
+//     eval, functrace and errtrace off, POSIX mode possible; it says
+//     "<nonce> c" only then, and the script runs only then. A status
+//     without it is no status (runCommand).
+//   - the status, "<nonce> <status>", comes from a subshell forked right
+//     after the script, which has its $? and runs no name an earlier
+//     command can define: in POSIX mode, where the special builtin trap
+//     is found before any function (bash's enable, which could disable
+//     it, is itself disabled when the session opens: shellSetup), it
+//     sets the message as a trap's text and prints it with trap -p.
+//   - with fifo (its input and stdin, fifo_linux.go), "<nonce> o" once the
+//     shell opened it, so that relayd ends it only once it has.
+//   - on a pty, "<nonce> b" when the script begins (what the terminal
+//     showed before is the typed line's echo) and "<nonce> k" when it
+//     ended; each time the subshell waits for relayd's word on
+//     descriptor 3: relayd takes the command's output up to there, stops
+//     typing, and drops what the command left unread in the terminal,
+//     which the shell would otherwise read as its next command line.
+//
+// Every word the shell looks up is quoted (no alias applies to it), and
+// no reserved word is used ("{" and "if" can be aliases).
+func (sh *shell) line(req *protocol.Execute, nonce, end, fifo string) string {
+	bash := sh.kind == protocol.ShellBash
+	v := "__relayd_" + nonce // a name no earlier command can know, so none made it readonly
+	// say is the commands that send msg on descriptor 3, each refused by
+	// a redirection whose word is not "0" unless POSIX mode is on.
+	posix, pre := `${SHELLOPTS/*posix*/}`, "POSIXLY_CORRECT=y;"
+	list := `\trap -p USR2`
+	if !bash {
+		posix, pre, list = "", "", `\trap` // dash: POSIX always, and no -p
+	}
+	say := func(msg string) string {
+		return fmt.Sprintf(`\trap -- %s USR2 0<&"0%s";%s >&3 0<&"0%s";`, msg, posix, list, posix)
+	}
+	// sub is a subshell: with bash, refused before it runs anything when
+	// functrace or errtrace would let a DEBUG or ERR trap run in it.
+	sub := func(body string) string {
+		if !bash {
+			return "(" + body + ")"
+		}
+		return "(" + body + `)2>&- 0<&"0${SHELLOPTS#"${SHELLOPTS%%functrace*}"}${SHELLOPTS#"${SHELLOPTS%%errtrace*}"}"`
+	}
+	// wait reads relayd's word, after read's function (if any) is gone.
+	wait := pre + `\unset -f read;\read -r ` + v + "k <&3;"
+	eval := `\eval`
 	var b strings.Builder
-	script := shQuote(req.Script)
-	eval, printf := "eval", "builtin printf"
-	if sh.kind != protocol.ShellBash {
-		// POSIX sh exits on a syntax error in eval, a special builtin;
-		// command keeps it from exiting (dash: status 2, state kept).
-		eval, printf = "command eval", "printf"
+	if bash {
+		// The guard: any trap (but an ignored signal) or a function
+		// named eval shows in t as "trap -- ".
+		t := v + "t"
+		b.WriteString(sub(pre + t + `=$(\trap -p;\readonly -f eval 2>&- && \trap -- x USR2 && \trap -p USR2);` +
+			t + `=${` + t + `//"trap -- - "/};` + t + `=${` + t + `//"trap -- '' "/};` +
+			v + `=${` + t + `#"${` + t + `%%"trap -- "*}"};` +
+			strings.ReplaceAll(say("'"+nonce+" c'"), posix, posix+"$"+v)))
+		b.WriteString("&&")
+	} else {
+		// dash looks special builtins up before functions: unset is one;
+		// command, which keeps a syntax error in eval from ending the
+		// shell, is not.
+		b.WriteString(`\unset -f command;`)
+		eval = `\command eval`
 	}
 	in := "</dev/null"
 	if sh.screen != nil {
 		in = "" // on a terminal, the command reads it, as typed
 	}
 	if req.HasInput && fifo == "" {
-		b.WriteString("__relayd_i=")
-		b.WriteString(shQuote(string(req.Input)))
-		b.WriteString(";")
-		in = `< <(printf %s "$__relayd_i")`
+		iv := v + "i"
+		b.WriteString(iv + "=" + shQuote(string(req.Input)) + ";")
+		in = `< <(` + pre + `\unset -f printf;printf %s "$` + iv + `")`
 	}
+	status := sub(v + "=$?;" + pre + say(`"`+nonce+` $`+v+`"`))
+	// The line's end, said with a nonce of its own, which is all any
+	// trap or function that runs in it can see: a status that did not
+	// come (the script itself left a trap or option that refused the
+	// subshell) is then an error, not a wait. Said twice with bash, the
+	// second time without POSIX mode (a readonly POSIXLY_CORRECT).
+	last := sh.endLine(end)
 	switch {
 	case fifo != "":
-		fmt.Fprintf(&b, "_=;{ %s '%s o\\n' >&3;%s %s 3>&-;}<%s", printf, nonce, eval, script, shQuote(fifo))
+		inner := sub(pre+say("'"+nonce+" o'")) + ";" + eval + " " + shQuote(req.Script) + " 3>&-"
+		fmt.Fprintf(&b, "%s %s <%s;%s;%s", eval, shQuote(inner), shQuote(fifo), status, last)
 	case sh.screen != nil:
-		fmt.Fprintf(&b, "%s '%s b\\n' >&3;builtin read -r __relayd_k <&3;{ %s %s;}%s 3>&-;__relayd_e=$?;%s '%s k\\n' >&3;builtin read -r __relayd_k <&3", printf, nonce, eval, script, in, printf, nonce)
-		fmt.Fprintf(&b, ";%s '%s %%d\\n' \"$__relayd_e\" >&3\n", printf, nonce)
-		return b.String()
+		b.WriteString(sub(pre+say("'"+nonce+" b'")+wait) + "&&")
+		fmt.Fprintf(&b, "%s %s%s 3>&-;", eval, shQuote(req.Script), in)
+		b.WriteString(sub(v+"=$?;"+pre+say("'"+nonce+" k'")+wait+say(`"`+nonce+` $`+v+`"`)) + ";" + last)
 	default:
-		// "_=;" first: after an eval that met the end of its input inside a
-		// quote, bash does not take a line's leading "{" as the reserved word.
-		fmt.Fprintf(&b, "_=;{ %s %s;}%s 3>&-", eval, script, in)
+		fmt.Fprintf(&b, "%s %s%s 3>&-;%s;%s", eval, shQuote(req.Script), in, status, last)
 	}
-	fmt.Fprintf(&b, ";%s '%s %%d\\n' \"$?\" >&3\n", printf, nonce)
 	return b.String()
+}
+
+// endLine is a line's end (line): "<end> e", said in POSIX mode, or
+// without it (a readonly POSIXLY_CORRECT) with bash. Alone, it asks a
+// shell whether it reads its stdin again.
+func (sh *shell) endLine(end string) string {
+	msg := `\trap -- '` + end + ` e' USR2;`
+	if sh.kind != protocol.ShellBash {
+		return "(" + msg + `\trap >&3)` + "\n"
+	}
+	return `(POSIXLY_CORRECT=y;` + msg + `\trap -p USR2 >&3 0<&"0${SHELLOPTS/*posix*/}")2>&-||(` + msg + `\trap -p USR2 >&3)2>&-` + "\n"
+}
+
+// shellSetup is what a session's shell runs once, when it opens, before
+// any command: bash's enable is disabled for good, so that no command can
+// disable (enable -n) or replace (enable -f) the special builtins a
+// command's status is made with; on a terminal, bind (a key bound with -x
+// runs code while relayd types, and sees the typed line) and PS0 (expanded
+// before a typed line runs) are taken away as well.
+func shellSetup(pty bool) string {
+	if pty {
+		return "enable -n enable bind;readonly PS0=;unset PROMPT_COMMAND"
+	}
+	return "enable -n enable\n"
+}
+
+// parseStatus reads one status message: a trap -p (or dash's trap)
+// listing whose line for USR2 holds "<nonce> <word>".
+func parseStatus(b []byte) (nonce, word string, ok bool) {
+	for line := range strings.SplitSeq(string(b), "\n") {
+		rest, found := strings.CutPrefix(line, "trap -- '")
+		if !found {
+			continue
+		}
+		text, sig, found := strings.Cut(rest, "' ")
+		if !found || (sig != "USR2" && sig != "SIGUSR2") {
+			continue
+		}
+		if nonce, word, ok = strings.Cut(text, " "); ok {
+			return nonce, word, true
+		}
+	}
+	return "", "", false
 }
 
 // keys writes a pty session's command's stdin into its terminal, as
@@ -889,6 +1120,7 @@ func (cn *conn) sessionCommand(msg *protocol.Message, req *protocol.Execute, ign
 		cn.refuse(msg.ID, ignored, protocol.CatShuttingDown, "relayd is shutting down and starts no new execution")
 		return
 	}
+	sh.touch()
 	req.CaptureStderr = sh.screen == nil // with a pty, one stream
 	cn.cur, cn.curID, cn.curIgnored = cn.srv.startCommand(cn, sh, req, msg.ID, cn.log), msg.ID, req.Ignored
 	cn.paused = cn.cur.in.full()
@@ -921,9 +1153,11 @@ func (cn *conn) readScreen(msg *protocol.Message, ignored []string) {
 		return
 	}
 	id := msg.ID
+	sh.touch()
 	go func() {
 		defer cn.reads.Add(-1)
 		data, next, lost, ended := sh.screen.read(rq)
+		sh.touch() // a read that waited was use all along
 		cn.write(protocol.Terminal{Token: cn.token(), Kind: "terminal", ID: id, Session: sh.name, Data: terminalText(data),
 			Next: next, Lost: lost, Ended: ended, Ignored: ignored})
 	}()
@@ -941,6 +1175,7 @@ func (cn *conn) typeInto(msg *protocol.Message, ignored []string, c *protocol.St
 		cn.refuse(msg.ID, ignored, protocol.CatBadRequest, `stdin: session `+sh.name+` has no terminal: give a command's "input" instead`)
 		return
 	}
+	sh.touch()
 	if len(c.Data) == 0 {
 		return
 	}
@@ -959,6 +1194,7 @@ func (cn *conn) resizeSession(msg *protocol.Message, ignored []string, r *protoc
 	case sh.screen == nil:
 		cn.refuse(msg.ID, ignored, protocol.CatBadRequest, `resize: session `+sh.name+` has no terminal`)
 	default:
+		sh.touch()
 		sh.ex.resize(r.Rows, r.Cols)
 	}
 }

@@ -100,8 +100,11 @@ class NotFoundError(ProtocolError):
 
 class FailedError(ProtocolError):
     """``failed``: a file changed while relayd sent its body (protocol 4.6,
-    "Bulk bodies"); the bytes received are not the file. The connection
-    serves on."""
+    "Bulk bodies"; the bytes received are not the file, and the connection
+    serves on), or a shell session's command whose status cannot be
+    trusted (something an earlier command left in the shell) or did not
+    come (protocol 4.7, "Whose status"; run checks that must be trusted in
+    a fresh execution)."""
 
     category = "failed"
 
