@@ -838,7 +838,12 @@ func TestRunRefusesUnusableCgroup(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.scope, func(t *testing.T) {
 			root := t.TempDir()
-			args := []string{"--scope", tt.scope, "--cgroup-root", root, "--listen", "127.0.0.1:0", "--workspace", t.TempDir()}
+			// Its own state directory and socket: the machine's /run/relayd
+			// may hold records of another relayd, whose leftovers run would
+			// settle (and log from several goroutines) before it refuses.
+			state := t.TempDir()
+			args := []string{"--scope", tt.scope, "--cgroup-root", root, "--listen", "127.0.0.1:0", "--workspace", t.TempDir(),
+				"--state-dir", state, "--socket", filepath.Join(state, "relayd.sock")}
 			done := make(chan error, 1)
 			go func() {
 				var stdout, stderr bytes.Buffer
