@@ -391,15 +391,16 @@ func TestReadmeRelayctlSession(t *testing.T) {
 	d.stopClean()
 }
 
-// The README is a front door (issue 21): at most 30 KB; recipes live in
-// docs/deploy.md, figures in docs/performance.md, history in git.
+// The README is a front door (issue 21): at most 32 KiB (30 until each
+// framework got its checklist of what a user changes, issue 45); recipes
+// live in docs/deploy.md, figures in docs/performance.md, history in git.
 func TestReadmeIsAFrontDoor(t *testing.T) {
 	fi, err := os.Stat(filepath.Join("..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fi.Size() > 30*1024 {
-		t.Fatalf("README.md is %d bytes; want at most %d: move recipes to docs/deploy.md, figures to docs/performance.md", fi.Size(), 30*1024)
+	if fi.Size() > 32*1024 {
+		t.Fatalf("README.md is %d bytes; want at most %d: move recipes to docs/deploy.md, figures to docs/performance.md", fi.Size(), 32*1024)
 	}
 	for _, doc := range []string{deployDoc, netcatDoc, "docs/performance.md"} {
 		if _, err := os.Stat(filepath.Join("..", doc)); err != nil {
