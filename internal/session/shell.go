@@ -365,6 +365,10 @@ func fromShell(from, pid int) bool {
 		switch {
 		case !ok:
 			return true // gone already
+		case info.ppid == 0 && (info.state == 'Z' || info.state == 'X'):
+			// Being reaped: the kernel shows a task whose pid is
+			// already released with parent 0. It is gone, as above.
+			return true
 		case info.ppid == pid:
 			return true
 		case info.ppid <= 1:
