@@ -457,7 +457,7 @@ class HarborCases(NoLeaks):
 
     def test_missing_cwd_and_unknown_user_exit_126(self) -> None:
         """Issue 41 (6): docker exec -w with no such directory, or -u with a
-        user the container lacks, is exit 126 with the runtime's message,
+        user or group the container lacks, is exit 126 with the runtime's message,
         which Harbor reads as the command's output."""
         async def go() -> None:
             e = self.env()
@@ -467,6 +467,9 @@ class HarborCases(NoLeaks):
             r = await e.exec("true", cwd="/", user="relayd-no-such-user")
             self.assertEqual(r.return_code, 126)
             self.assertIn("unable to find user relayd-no-such-user", r.stdout or "")
+            r = await e.exec("true", cwd="/", user="root:relayd-no-such-group")
+            self.assertEqual(r.return_code, 126)
+            self.assertIn("unable to find group relayd-no-such-group", r.stdout or "")
         self.run_async(go())
 
     def test_failed_transfers_are_runtime_errors(self) -> None:

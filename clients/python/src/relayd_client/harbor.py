@@ -27,7 +27,7 @@ what Harbor's own Docker environment does, as its callers expect:
   runs instead of leaving it behind. Harbor returns all a command wrote:
   the overlay gives relayd 16 MiB of stdout (and stderr) per execution,
   and past relayd's limit ``exec`` raises RuntimeError, never returning
-  a cut output. A ``cwd`` that is no directory, or a ``user`` the
+  a cut output. A ``cwd`` that is no directory, or a ``user`` (or group) the
   container lacks, is exit 126 with the container runtime's message as
   the output, as ``docker exec`` gives.
 - files: relayd's ``put``/``get`` (chunked, sha256-checked, atomic), with
@@ -147,6 +147,7 @@ BOUNDARY_LISTENERS, BOUNDARY_ALL, BOUNDARY_NONE = "listeners", "all", "none"
 _RUNC = "OCI runtime exec failed: exec failed: unable to start container process: "
 _RUNC_CWD = _RUNC + 'chdir to cwd ("{cwd}") set in config.json failed: no such file or directory: unknown\n'
 _RUNC_USER = _RUNC + "unable to find user {user}: no matching entries in passwd file: unknown\n"
+_RUNC_GROUP = _RUNC + "unable to find group {group}: no matching entries in group file: unknown\n"
 
 # upload_file's target as docker cp resolves it (its client's copyToContainer):
 # a symbolic link there is read once (a relative one from its directory), and
@@ -442,10 +443,13 @@ class RelaydEnvironmentMixin:
                 Client.execute, "bash", args, environment=env, cwd=cwd, timeout_ms=timeout_ms,
                 capture_stderr=not self._relayd_merge_stderr, user=None if user is None else str(user))
         except BadRequestError as e:
-            if user is None or not _unknown_user(str(e), str(user)):
-                raise
-            # docker exec -u with a user the container lacks: exit 126 and runc's message.
-            return self._relayd_result(ExecResult, _RUNC_USER.format(user=user), 126)
+            if user is not None and _unknown_user(str(e), str(user)):
+                # docker exec -u with a user the container lacks: exit 126 and runc's message.
+                return self._relayd_result(ExecResult, _RUNC_USER.format(user=str(user).split(":")[0]), 126)
+            if user is not None and _unknown_group(str(e), str(user)):
+                # docker exec -u user:group with a group the container lacks: the same, for the group.
+                return self._relayd_result(ExecResult, _RUNC_GROUP.format(group=str(user).split(":", 1)[1]), 126)
+            raise
         if timeout_ms is not None and r.termination == "framework_timeout" \
                 and (r.duration_ms is None or r.duration_ms >= timeout_ms):
             # Harbor's Docker exec (_run_docker_compose_command) raises this past timeout_sec; a command
@@ -686,6 +690,13 @@ def _unknown_user(message: str, user: str) -> bool:
     """Whether relayd refused an execute for a user its system lacks
     (env.LookupUser: 'no user "NAME" on this system')."""
     return f'no user "{user.split(":")[0]}"' in message
+
+
+def _unknown_group(message: str, user: str) -> bool:
+    """Whether relayd refused an execute of "user:group" for a group its
+    system lacks (env.LookupUser: 'no group "NAME" on this system')."""
+    _, sep, group = user.partition(":")
+    return bool(sep) and f'no group "{group}"' in message
 
 
 def _chmod_tree(root: str, listing: str) -> None:
