@@ -3,11 +3,15 @@
 package relayd
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -181,6 +185,86 @@ func TestArchitectureMustNot(t *testing.T) {
 			case d == "os/exec" && p.path == "cmd/relayd":
 				t.Error("relayd links os/exec: every process is started by a shim and reaped by the one reaper; a second waiter steals exit statuses")
 			}
+		}
+	}
+}
+
+// forbidden is a "must not" cell that an import list cannot show: the
+// identifiers (a regular expression over their names) of one imported
+// package that a package's non-test files may not refer to.
+type forbidden struct {
+	pkg   string // import path
+	names string // regular expression, anchored
+	why   string
+}
+
+// mustNotUse: internal/session imports x/sys for its sockets and files,
+// and os for everything; it must still not signal a process, pin one with
+// a pidfd or drive a terminal: those are internal/exec's (its pidfd,
+// Part, Terminal and ReadStat).
+var mustNotUse = map[string][]forbidden{
+	"internal/session": {
+		{"golang.org/x/sys/unix", `Kill|Tgkill|Tkill|Pidfd.*|PIDFD_.*|Ioctl.*|SYS_IOCTL|SYS_KILL|SYS_TGKILL|SYS_TKILL|SYS_PIDFD_.*|TIOC.*|TC[GS]ETS.*|TCFLSH|TCIFLUSH`,
+			"signals, pidfds and terminal ioctls are internal/exec's (SignalPinned, Part, Terminal)"},
+		{"syscall", `Kill|Tgkill|Tkill|SYS_IOCTL|SYS_KILL|SYS_TGKILL|SYS_TKILL|SYS_PIDFD_.*|TIOC.*|TCGETS|TCSETS`,
+			"signals and terminal ioctls are internal/exec's"},
+		{"os", `FindProcess|StartProcess`, "session starts and signals no process: internal/exec does"},
+	},
+}
+
+// TestArchitectureMustNotUse enforces mustNotUse: it reads each package's
+// non-test files and fails on every reference to a forbidden identifier,
+// whatever name the file imports its package under.
+func TestArchitectureMustNotUse(t *testing.T) {
+	for dir, rules := range mustNotUse {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("%s: no Go files (%v)", dir, err)
+		}
+		fset := token.NewFileSet()
+		for _, name := range files {
+			if strings.HasSuffix(name, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			local := map[string]forbidden{} // by the name the file imports a ruled package under
+			names := map[string]*regexp.Regexp{}
+			for _, imp := range f.Imports {
+				path, _ := strconv.Unquote(imp.Path.Value)
+				for _, r := range rules {
+					if r.pkg != path {
+						continue
+					}
+					n := filepath.Base(path)
+					if imp.Name != nil {
+						n = imp.Name.Name
+					}
+					if n == "." {
+						t.Errorf("%s dot-imports %s: name it, so that %s can be checked", name, path, t.Name())
+					}
+					local[n] = r
+					names[n] = regexp.MustCompile(`^(?:` + r.names + `)$`)
+				}
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				sel, ok := n.(*ast.SelectorExpr)
+				if !ok {
+					return true
+				}
+				id, ok := sel.X.(*ast.Ident)
+				if !ok {
+					return true
+				}
+				r, ok := local[id.Name]
+				if ok && names[id.Name].MatchString(sel.Sel.Name) {
+					t.Errorf("%s: %s.%s, which ARCHITECTURE.md's \"must not\" cell of %s rules out: %s",
+						fset.Position(sel.Pos()), id.Name, sel.Sel.Name, dir, r.why)
+				}
+				return true
+			})
 		}
 	}
 }

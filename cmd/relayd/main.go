@@ -72,7 +72,7 @@ type exitError struct {
 func (e *exitError) Error() string { return e.err.Error() }
 
 func main() {
-	// relayd re-executed as an execution's shim (internal/exec/shim_linux.go):
+	// relayd re-executed as an execution's shim (internal/exec/shimproc_linux.go):
 	// it serves relayd over its socket and never returns.
 	exec.ShimMain(func() { catchUncaught() })
 	// Before anything could fork: what relayd's parent left open (a pipe

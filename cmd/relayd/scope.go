@@ -19,7 +19,7 @@ import (
 // working hierarchy is an error, and so is an explicit --cgroup-root that
 // does not work: auto falls back to process-group only from the cgroup
 // relayd found itself, not from one it was told to use. Either way every
-// subject is started by a shim of its own (internal/exec/shim_linux.go).
+// subject is started by a shim of its own (internal/exec/shimproc_linux.go).
 func chooseScope(ctx context.Context, o options, shims *exec.Shims, host env.Host, log zerolog.Logger) (exec.Mechanism, error) {
 	pg := exec.NewProcessGroups(shims)
 	if o.scope == "process-group" {

@@ -27,7 +27,7 @@ const Cgroup = "cgroup"
 //	BASE/relayd-PID/daemon   relayd
 //	BASE/relayd-PID/x-N      one execution each
 //
-// The subject is born inside its leaf, by its shim (shim_linux.go): with
+// The subject is born inside its leaf, by its shim (shimproc_linux.go): with
 // clone3 and CLONE_INTO_CGROUP where the kernel and the seccomp filter
 // allow it, else by the shim moving itself into the leaf for the fork and
 // back into the daemon leaf (where relayd and the idle shims live) right
@@ -684,14 +684,14 @@ func (s *cgScope) signalEach(sig syscall.Signal) (map[int]bool, error) {
 	if err != nil {
 		return nil, err
 	}
-	fds := make(map[int]int, len(pids))
+	fds := make(map[int]pidfd, len(pids))
 	defer func() {
 		for _, fd := range fds {
-			unix.Close(fd)
+			fd.close()
 		}
 	}()
 	for _, pid := range pids {
-		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+		if fd, err := openPidfd(pid); err == nil {
 			fds[pid] = fd
 		}
 	}
@@ -710,7 +710,7 @@ func (s *cgScope) signalEach(sig syscall.Signal) (map[int]bool, error) {
 			continue
 		}
 		signalled[pid] = true
-		if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) && first == nil {
+		if err := fd.signal(sig); err != nil && first == nil {
 			first = fmt.Errorf("exec: signal %d in %s: %w", pid, s.dir, err)
 		}
 	}

@@ -1,17 +1,18 @@
-// Package exec is everything of relayd that touches a subject's processes,
-// in five jobs:
+// Package exec is everything of relayd that touches a subject's processes
+// and terminals, in five jobs:
 //
 //   - Starting a subject through a shim of its own: relayd's binary
 //     re-executed as a child subreaper, whose subtree is the scope and
 //     whose wait is the evidence. The package holds both sides: the shim
-//     process (shim_linux.go; its wait in Go's poller and its raw system
+//     process (shimproc_linux.go; its wait in Go's poller and its raw system
 //     calls, shimraw_linux.go), relayd's pool of idle shims and its bounded
-//     requests (shims_linux.go), the frames between them
+//     requests (shimpool_linux.go), the frames between them
 //     (shimwire_linux.go) and their binary bodies (wirecodec_linux.go),
 //     and Start, which makes the output pipes and
 //     hands the shim the start request (spawn_linux.go), or a terminal's
 //     replica for a subject on a pty, whose master relayd keeps
-//     (pty_linux.go). drain_linux.go
+//     (pty_linux.go, which also holds Terminal: the terminal ioctls relayd
+//     makes on a master, a session's among them). drain_linux.go
 //     drains a subject's output without ever waiting for EOF to report its
 //     exit.
 //   - The scope mechanisms: Mechanism and Scope (scope.go), what the
@@ -23,9 +24,13 @@
 //     children only (the shims, the --destroy-command that RunBounded runs
 //     in run_linux.go, orphans a dead shim leaves); each shim reaps its own
 //     subtree. No other code of relayd calls wait.
-//   - Reading /proc (proc_linux.go): stat, children, argv, the members of
-//     a subtree, and signalling a member only after its identity (pid and
-//     start time) is checked.
+//   - Reading /proc (proc_linux.go): stat (ReadStat, relayd's one reader
+//     of /proc/PID/stat, its tests' too), children, argv, the members of
+//     a subtree. Signalling a process only through a pidfd, after its
+//     identity (pid and start time) is checked with the pid pinned
+//     (pidfd_linux.go, SignalPinned); part of a scope, the rest of its
+//     kept subtrees, settled process by process that way (part_linux.go,
+//     Part: a trial boundary's kept-out processes, a session's command).
 //   - What outlives relayd (protocol rule 6.10): --state-dir records of
 //     running process-group scopes (state_linux.go), and the leftovers a
 //     relayd that no longer runs left, found from those records or from

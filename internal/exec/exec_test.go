@@ -17,8 +17,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/relayd/relayd/internal/testharness"
 )
 
 // The one reaper of this test binary, its shims (the test binary is its
@@ -31,24 +29,26 @@ var (
 	testPG     *ProcessGroups
 )
 
-func TestMain(m *testing.M) {
+// RunTests is TestMain's body (main_test.go): it lives in package
+// exec_test, which may import testharness (testharness imports exec), and
+// hands its leak check here.
+func RunTests(m *testing.M, leakCheck func(what string, code int) int) int {
 	ShimMain(nil)
 	// Like relayd, the test process is a child subreaper: orphans of its
 	// subjects are reparented to it, where the reaper reaps them and the
 	// trackers can see them.
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		fmt.Fprintln(os.Stderr, "exec tests: cannot become a child subreaper:", err)
-		os.Exit(1)
+		return 1
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	testReaper = NewReaper(ctx)
 	testShims = NewShims(ctx, testReaper, "", time.Second, 5*time.Second)
 	testPG = NewProcessGroups(testShims)
 	code := m.Run()
 	testShims.Close()
-	code = testharness.LeakCheck("exec tests", code)
-	cancel()
-	os.Exit(code)
+	return leakCheck("exec tests", code)
 }
 
 func allPids() []int {
@@ -1075,12 +1075,12 @@ func TestParseStat(t *testing.T) {
 		comm string
 		want procEntry
 	}{
-		{"sleep", procEntry{pid: 4242, ppid: 1, pgrp: 4242, sid: 4242, start: 987654, state: 'S', threads: 1}},
-		{"my prog", procEntry{pid: 4242, ppid: 1, pgrp: 4242, sid: 4242, start: 987654, state: 'S', threads: 1}},
-		{"a) b (c", procEntry{pid: 4242, ppid: 1, pgrp: 4242, sid: 4242, start: 987654, state: 'S', threads: 1}},
-		{") 9 9 9 9", procEntry{pid: 4242, ppid: 1, pgrp: 4242, sid: 4242, start: 987654, state: 'S', threads: 1}},
-		{"))", procEntry{pid: 4242, ppid: 1, pgrp: 4242, sid: 4242, start: 987654, state: 'S', threads: 1}},
-		{"", procEntry{pid: 4242, ppid: 1, pgrp: 4242, sid: 4242, start: 987654, state: 'S', threads: 1}},
+		{"sleep", procEntry{pid: 4242, ppid: 1, pgrp: 4242, sid: 4242, start: 987654, state: 'S', threads: 1, utime: 1, stime: 2}},
+		{"my prog", procEntry{pid: 4242, ppid: 1, pgrp: 4242, sid: 4242, start: 987654, state: 'S', threads: 1, utime: 1, stime: 2}},
+		{"a) b (c", procEntry{pid: 4242, ppid: 1, pgrp: 4242, sid: 4242, start: 987654, state: 'S', threads: 1, utime: 1, stime: 2}},
+		{") 9 9 9 9", procEntry{pid: 4242, ppid: 1, pgrp: 4242, sid: 4242, start: 987654, state: 'S', threads: 1, utime: 1, stime: 2}},
+		{"))", procEntry{pid: 4242, ppid: 1, pgrp: 4242, sid: 4242, start: 987654, state: 'S', threads: 1, utime: 1, stime: 2}},
+		{"", procEntry{pid: 4242, ppid: 1, pgrp: 4242, sid: 4242, start: 987654, state: 'S', threads: 1, utime: 1, stime: 2}},
 	}
 	for _, tt := range tests {
 		line := "4242 (" + tt.comm + ")" + rest + "\n"
@@ -1097,10 +1097,21 @@ func TestParseStat(t *testing.T) {
 		"4242 (sleep) S 1 4242 4242",
 		"4242 (sleep) S x 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1",
 		"4242 (sleep) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 -5 1",
+		"4242 sleep) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1",
+		"4242 (sleep) SS 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1",
+		"1 (x",
+		"1 (x) S 1 2 z 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0",
 	} {
 		if got, err := parseStat(4242, []byte(bad)); err == nil {
 			t.Errorf("parseStat(%q) = %+v; want an error", bad, got)
 		}
+	}
+	// ReadStat's view of a line takes the name up to the last ')', whatever it holds.
+	line := "4242 (a) (b c) S 1 4242 4200 0 -1 4194560 100 0 0 0 1 2 3 4 20 0 1 0 987654 1000000 100 18446744073709551615\n"
+	want := ProcStat{Comm: "a) (b c", State: 'S', PPID: 1, PGID: 4242, SID: 4200, Threads: 1,
+		UTime: 1, STime: 2, CUTime: 3, CSTime: 4, Start: 987654}
+	if got, err := procStatOf(4242, []byte(line)); err != nil || got != want {
+		t.Errorf("procStatOf(%q) = %+v, %v; want %+v", line, got, err, want)
 	}
 }
 

@@ -11,7 +11,7 @@ const ProcessGroup = "process-group"
 // ProcessGroups is the mechanism that works everywhere: the scope is the
 // subtree of the execution's shim, and nothing else. Each subject starts in
 // a session of its own (a terminal-less process group). The members, the
-// signals and the evidence are the shim's (shim_linux.go): no look at
+// signals and the evidence are the shim's (shimproc_linux.go): no look at
 // another execution's processes, no lock shared between executions, so a
 // settlement costs the same whatever else runs.
 type ProcessGroups struct {

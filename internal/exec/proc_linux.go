@@ -2,7 +2,6 @@ package exec
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,12 +14,55 @@ import (
 // maxArgvBytes bounds what Argv reads of one command line.
 const maxArgvBytes = 4096
 
-// procEntry is one process as /proc/PID/stat shows it.
+// procEntry is one process as /proc/PID/stat shows it, as a look at a
+// scope reads it (parseStat, with no allocation); ProcStat is the same
+// line for the rest of relayd and its tests.
 type procEntry struct {
 	pid, ppid, pgrp, sid int
 	start                uint64 // start time in clock ticks since boot: with pid, an identity
 	state                byte
 	threads              int
+	utime, stime         uint64 // clock ticks of its threads (not its children) in user and system mode
+	cutime, cstime       int64  // clock ticks of the children it reaped, in user and system mode
+}
+
+// ClockTicks is the unit of /proc/PID/stat's times: USER_HZ, 100 on every
+// Linux architecture Go supports (sysconf(_SC_CLK_TCK) needs cgo).
+const ClockTicks = 100
+
+// ProcStat is what /proc/PID/stat says of a process: the one reader of
+// that line (ReadStat; parseStat under it) for relayd and its tests.
+type ProcStat struct {
+	Comm           string // the kernel's name of the process, at most 15 bytes
+	State          byte   // 'R', 'S', 'D', 'Z', 'T', ...
+	PPID           int
+	PGID           int
+	SID            int
+	Threads        int
+	UTime, STime   uint64 // clock ticks of its threads (not its children) in user and system mode
+	CUTime, CSTime int64  // clock ticks of the children it reaped, in user and system mode
+	Start          uint64 // start time in clock ticks since boot: with the pid, an identity
+}
+
+// ReadStat reads /proc/PID/stat; an error when the process is gone (or
+// its stat unreadable or malformed).
+func ReadStat(pid int) (ProcStat, error) {
+	b, err := readSmall("/proc/"+strconv.Itoa(pid)+"/stat", make([]byte, 512))
+	if err != nil {
+		return ProcStat{}, err
+	}
+	return procStatOf(pid, b)
+}
+
+// procStatOf is parseStat's reading of a stat line, with the command name.
+func procStatOf(pid int, b []byte) (ProcStat, error) {
+	e, err := parseStat(pid, b)
+	if err != nil {
+		return ProcStat{}, err
+	}
+	return ProcStat{Comm: string(b[bytes.IndexByte(b, '(')+1 : bytes.LastIndexByte(b, ')')]),
+		State: e.state, PPID: e.ppid, PGID: e.pgrp, SID: e.sid, Threads: e.threads,
+		UTime: e.utime, STime: e.stime, CUTime: e.cutime, CSTime: e.cstime, Start: e.start}, nil
 }
 
 // dead reports whether the process has ended. A zombie main thread is not
@@ -76,9 +118,10 @@ func readStat(root string, pid int, buf []byte) (procEntry, error) {
 }
 
 func parseStat(pid int, b []byte) (procEntry, error) {
-	// The command name may hold spaces and parentheses: fields start after the last ')'.
+	// The command name may hold spaces and parentheses: it starts after
+	// the first '(', and fields start after the last ')'.
 	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
+	if open := bytes.IndexByte(b, '('); open < 0 || i < open || i+2 >= len(b) {
 		return procEntry{}, fmt.Errorf("exec.parseStat %d: malformed", pid)
 	}
 	// state(3) ppid(4) pgrp(5) session(6) ... starttime(22), counted from 1
@@ -104,6 +147,9 @@ func parseStat(pid int, b []byte) (procEntry, error) {
 	if n < len(fields) {
 		return procEntry{}, fmt.Errorf("exec.parseStat %d: %d fields", pid, n)
 	}
+	if len(fields[0]) != 1 {
+		return procEntry{}, fmt.Errorf("exec.parseStat %d: state %q", pid, fields[0])
+	}
 	e := procEntry{pid: pid, state: fields[0][0]}
 	var err error
 	if e.ppid, err = strconv.Atoi(string(fields[1])); err != nil {
@@ -113,6 +159,18 @@ func parseStat(pid int, b []byte) (procEntry, error) {
 		return e, err
 	}
 	if e.sid, err = strconv.Atoi(string(fields[3])); err != nil {
+		return e, err
+	}
+	if e.utime, err = strconv.ParseUint(string(fields[11]), 10, 64); err != nil {
+		return e, err
+	}
+	if e.stime, err = strconv.ParseUint(string(fields[12]), 10, 64); err != nil {
+		return e, err
+	}
+	if e.cutime, err = strconv.ParseInt(string(fields[13]), 10, 64); err != nil {
+		return e, err
+	}
+	if e.cstime, err = strconv.ParseInt(string(fields[14]), 10, 64); err != nil {
 		return e, err
 	}
 	if e.threads, err = strconv.Atoi(string(fields[17])); err != nil {
@@ -287,20 +345,8 @@ func Argv(pid int) []string {
 // seen: the pidfd pins the process, and its start time proves that the pid
 // was not reused in between.
 func signalMember(procRoot string, m Member, sig syscall.Signal) error {
-	fd, err := unix.PidfdOpen(m.PID, 0)
-	if err != nil {
-		if errors.Is(err, unix.ESRCH) {
-			return nil
-		}
-		return fmt.Errorf("exec.signalMember %d: pidfd_open: %w", m.PID, err)
-	}
-	defer unix.Close(fd)
-	e, err := readStat(procRoot, m.PID, make([]byte, 1024))
-	if err != nil || e.start != m.Start {
-		return nil // ended, or the pid now names another process
-	}
-	if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
-		return fmt.Errorf("exec.signalMember %d: %w", m.PID, err)
-	}
-	return nil
+	return SignalPinned(m.PID, sig, func() bool {
+		e, err := readStat(procRoot, m.PID, make([]byte, 1024))
+		return err == nil && e.start == m.Start
+	})
 }

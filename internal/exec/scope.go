@@ -24,7 +24,7 @@ type Mechanism interface {
 // Scope is the tracked set of processes of one execution: the subject and
 // every descendant it creates, including those that leave its process group
 // or session. Every scope's subject is started by a shim of its own
-// (shim_linux.go), whose subtree is the scope whatever the mechanism; the
+// (shimproc_linux.go), whose subtree is the scope whatever the mechanism; the
 // cgroup mechanism adds its leaf, which the subject is born in.
 type Scope interface {
 	// Mechanism names the mechanism, as reported in replies: "process-group" or "cgroup".

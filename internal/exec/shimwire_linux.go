@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The wire between relayd and a shim (shim_linux.go): a Unix stream
+// The wire between relayd and a shim (shimproc_linux.go): a Unix stream
 // socketpair, the shim's descriptor 3. Each message is a frame: a 4-byte
 // little-endian length, a kind byte, and that many bytes less one of body,
 // in the binary form of wirecodec_linux.go (JSON's reflection was a third
@@ -23,7 +23,7 @@ import (
 // order they came, and writes an event before any reply that follows it,
 // so that a reply to sync comes after the exit it collected.
 // relayd takes nothing on a shim's word alone (rule 6.13): a frame that
-// breaks these rules retires the shim (shim.dispatch, shims_linux.go).
+// breaks these rules retires the shim (shim.dispatch, shimpool_linux.go).
 
 // Frame kinds, relayd to shim.
 const (

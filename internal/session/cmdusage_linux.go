@@ -29,20 +29,11 @@ type shellUse struct {
 func lookShellUse(pid int, subj *exec.Subject) shellUse {
 	u := shellUse{read: -1, write: -1}
 	u.shim, _ = subj.Usage()
-	dir := "/proc/" + strconv.Itoa(pid)
-	if b, err := os.ReadFile(dir + "/stat"); err == nil {
-		if end := bytes.LastIndexByte(b, ')'); end >= 0 && end+2 < len(b) {
-			// utime(14) stime(15) cutime(16) cstime(17), counted from 1 over
-			// the whole line: 11 to 14 after the name's state(3).
-			if f := bytes.Fields(b[end+2:]); len(f) > 14 {
-				t := func(i int) time.Duration {
-					n, _ := strconv.ParseInt(string(f[i]), 10, 64)
-					return time.Duration(n) * time.Second / clockTicks
-				}
-				u.cpuUser, u.cpuSystem = t(11)+t(13), t(12)+t(14)
-			}
-		}
+	if st, err := exec.ReadStat(pid); err == nil {
+		t := func(n int64) time.Duration { return time.Duration(n) * time.Second / exec.ClockTicks }
+		u.cpuUser, u.cpuSystem = t(int64(st.UTime)+st.CUTime), t(int64(st.STime)+st.CSTime)
 	}
+	dir := "/proc/" + strconv.Itoa(pid)
 	if b, err := os.ReadFile(dir + "/io"); err == nil {
 		for _, line := range bytes.Split(b, []byte("\n")) {
 			k, v, _ := bytes.Cut(line, []byte(": "))

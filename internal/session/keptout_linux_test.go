@@ -31,11 +31,11 @@ func TestKeptOutNeedsStartTime(t *testing.T) {
 		cmd.Wait()
 	}()
 	pid := cmd.Process.Pid
-	st, ok := readStat(pid)
-	if !ok {
-		t.Fatal("cannot read the sleep's /proc stat")
+	st, err := exec.ReadStat(pid)
+	if err != nil {
+		t.Fatal("cannot read the sleep's /proc stat:", err)
 	}
-	start, ok := startMs(st.startTicks)
+	start, ok := startMs(st.Start)
 	if !ok {
 		t.Fatal("boot time unknown")
 	}
@@ -58,13 +58,13 @@ func TestKeptOutNeedsStartTime(t *testing.T) {
 		for _, looked := range []bool{true, false} {
 			k := newKeptOut(scope, scope.members, looked, tt.keep)
 			members, err := k.Members()
-			k.close()
+			k.Close()
 			if err != nil {
 				t.Fatal(err)
 			}
 			target := slices.ContainsFunc(members, func(m exec.Member) bool { return m.PID == pid })
-			if k.keeps() != tt.kept || target == tt.kept {
-				t.Errorf("%s (look complete %v): keeps %v, a target %v; want kept %v", tt.name, looked, k.keeps(), target, tt.kept)
+			if k.Keeps() != tt.kept || target == tt.kept {
+				t.Errorf("%s (look complete %v): keeps %v, a target %v; want kept %v", tt.name, looked, k.Keeps(), target, tt.kept)
 			}
 			mismatched := slices.Contains(k.mismatched, pid)
 			if want := !tt.kept && tt.keep[0].PID == pid; mismatched != want {

@@ -10,74 +10,39 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/relayd/relayd/internal/exec"
 )
 
 // The /proc reading of describe (survivors.go): a survivor's uid, session,
 // start time and name, the boot time, and the listening TCP sockets.
-
-// clockTicks is the unit of /proc/PID/stat's starttime: USER_HZ, 100 on
-// every Linux architecture Go supports (sysconf(_SC_CLK_TCK) needs cgo).
-const clockTicks = 100
 
 // maxDescriptors bounds the descriptors of one survivor looked at for
 // listening sockets, so that a process with a million open files costs a
 // bounded reply.
 const maxDescriptors = 4096
 
-// procInfo is what describe reads of one process besides its command line.
+// procInfo is what describe reads of one process besides its command line:
+// its stat (exec.ReadStat) and its real uid.
 type procInfo struct {
-	comm       string // the kernel's name of the process, at most 15 bytes
-	state      byte   // 'R', 'S', 'Z', ...
-	ppid       int
-	session    int
-	startTicks uint64 // clock ticks after boot
-	uid        int    // real uid
+	exec.ProcStat
+	uid int
 }
 
 // readProcInfo reads /proc/PID/stat and the Uid line of /proc/PID/status;
 // false when the process is gone (or its entries unreadable).
 func readProcInfo(pid int) (procInfo, bool) {
-	dir := "/proc/" + strconv.Itoa(pid)
-	b, err := os.ReadFile(dir + "/stat")
+	st, err := exec.ReadStat(pid)
 	if err != nil {
 		return procInfo{}, false
 	}
-	info, ok := parseProcStat(b)
-	if !ok {
-		return procInfo{}, false
-	}
-	status, err := os.ReadFile(dir + "/status")
+	info := procInfo{ProcStat: st}
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return procInfo{}, false
 	}
+	var ok bool
 	if info.uid, ok = parseUID(status); !ok {
-		return procInfo{}, false
-	}
-	return info, true
-}
-
-// parseProcStat reads comm, state, ppid, session and starttime from a
-// /proc/PID/stat line. The name may hold spaces and parentheses: it ends
-// at the last ')'.
-func parseProcStat(b []byte) (procInfo, bool) {
-	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
-	if open < 0 || end < open || end+2 >= len(b) {
-		return procInfo{}, false
-	}
-	f := bytes.Fields(b[end+2:])
-	// state(3) ppid(4) pgrp(5) session(6) ... starttime(22), counted from 1 over the whole line.
-	if len(f) < 20 || len(f[0]) != 1 {
-		return procInfo{}, false
-	}
-	info := procInfo{comm: string(b[open+1 : end]), state: f[0][0]}
-	var err error
-	if info.ppid, err = strconv.Atoi(string(f[1])); err != nil {
-		return procInfo{}, false
-	}
-	if info.session, err = strconv.Atoi(string(f[3])); err != nil {
-		return procInfo{}, false
-	}
-	if info.startTicks, err = strconv.ParseUint(string(f[19]), 10, 64); err != nil {
 		return procInfo{}, false
 	}
 	return info, true
@@ -100,7 +65,7 @@ func parseUID(status []byte) (int, bool) {
 
 // startMs is a process's start time as survivors report it and as a
 // verify's "keep" names it (protocol 4.6): ms since the Unix epoch, the
-// boot time plus ticks at clockTicks a second; false when the boot time
+// boot time plus ticks at exec.ClockTicks a second; false when the boot time
 // is unknown. The boot time is read once in relayd's life: /proc/stat's
 // btime moves when the wall clock is stepped, and a start copied from one
 // reply must still name the same process in a later request.
@@ -109,7 +74,7 @@ func startMs(ticks uint64) (int64, bool) {
 	if !ok {
 		return 0, false
 	}
-	return bt*1000 + int64(ticks)*1000/clockTicks, true
+	return bt*1000 + int64(ticks)*1000/exec.ClockTicks, true
 }
 
 // cachedBootTime is bootTime, read once; a failed read is tried again.

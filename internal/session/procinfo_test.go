@@ -39,18 +39,8 @@ func TestParseListening(t *testing.T) {
 	}
 }
 
-// parseProcStat takes the name up to the last ')', whatever it holds.
-func TestParseProcStat(t *testing.T) {
-	line := "4242 (a) (b c) S 1 4242 4200 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000000 100 18446744073709551615\n"
-	info, ok := parseProcStat([]byte(line))
-	if !ok || info.comm != "a) (b c" || info.state != 'S' || info.session != 4200 || info.startTicks != 987654 {
-		t.Fatalf("parseProcStat: got %+v, %v; want comm %q, state S, session 4200, start 987654", info, ok, "a) (b c")
-	}
-	for _, bad := range []string{"", "1 (x", "1 (x) S 1 2", "1 (x) S 1 2 z 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0"} {
-		if _, ok := parseProcStat([]byte(bad)); ok {
-			t.Errorf("parseProcStat(%q): got ok; want a failure", bad)
-		}
-	}
+// parseUID takes the real uid.
+func TestParseUID(t *testing.T) {
 	if uid, ok := parseUID([]byte("Name:\tx\nUid:\t1000\t0\t0\t0\nGid:\t1\n")); !ok || uid != 1000 {
 		t.Errorf("parseUID: got %d, %v; want the real uid 1000", uid, ok)
 	}
@@ -101,7 +91,7 @@ func TestDescribeZombie(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if info, ok := readProcInfo(pid); ok && info.state == 'Z' {
+		if info, ok := readProcInfo(pid); ok && info.State == 'Z' {
 			break
 		}
 		if time.Now().After(deadline) {

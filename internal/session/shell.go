@@ -251,17 +251,8 @@ func (sh *shell) closeChannel() {
 // atPrompt reports whether the shell itself is the foreground job of its
 // terminal (no program it started reads the keystrokes).
 func (sh *shell) atPrompt() bool {
-	rc, err := sh.subj.Stdin.SyscallConn()
-	if err != nil {
-		return false
-	}
-	fg := -1
-	_ = rc.Control(func(fd uintptr) {
-		if pg, err := unix.IoctlGetInt(int(fd), unix.TIOCGPGRP); err == nil {
-			fg = pg
-		}
-	})
-	return fg == sh.subj.PID
+	fg, err := exec.TerminalOf(sh.subj.Stdin).Foreground()
+	return err == nil && fg == sh.subj.PID
 }
 
 // backAtPrompt is atPrompt, allowing the shell the moment it takes to
@@ -282,19 +273,10 @@ func (sh *shell) backAtPrompt() bool {
 // non-canonical mode (readline's), so that a long command line is not
 // cut at the line discipline's 4 KiB of canonical input.
 func typeable(tty *os.File, limit time.Duration) {
-	rc, err := tty.SyscallConn()
-	if err != nil {
-		return
-	}
 	deadline := time.Now().Add(limit)
 	for {
-		canonical := true
-		_ = rc.Control(func(fd uintptr) {
-			if t, err := unix.IoctlGetTermios(int(fd), unix.TCGETS); err == nil {
-				canonical = t.Lflag&unix.ICANON != 0
-			}
-		})
-		if !canonical || time.Now().After(deadline) {
+		canonical, err := exec.TerminalOf(tty).Canonical()
+		if err == nil && !canonical || time.Now().After(deadline) {
 			return
 		}
 		time.Sleep(time.Millisecond)
@@ -361,20 +343,20 @@ func fromShell(from, pid int) bool {
 		return false
 	}
 	for range 8 { // a subshell's subshell (bash forks one for a job on a terminal)
-		info, ok := readStat(from)
+		info, err := exec.ReadStat(from)
 		switch {
-		case !ok:
+		case err != nil:
 			return true // gone already
-		case info.ppid == 0 && (info.state == 'Z' || info.state == 'X'):
+		case info.PPID == 0 && (info.State == 'Z' || info.State == 'X'):
 			// Being reaped: the kernel shows a task whose pid is
 			// already released with parent 0. It is gone, as above.
 			return true
-		case info.ppid == pid:
+		case info.PPID == pid:
 			return true
-		case info.ppid <= 1:
+		case info.PPID <= 1:
 			return false
 		}
-		from = info.ppid
+		from = info.PPID
 	}
 	return false
 }
@@ -632,7 +614,7 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 	part := newCommandPart(scope, before, shellM)
 	r := teardown.Stop(s.destroyCtx, part, teardown.Budget{Grace: s.cfg.TermGrace, Timeout: s.cfg.TeardownTimeout,
 		Destroy: s.cfg.Destroy, First: syscall.SIGINT})
-	part.close()
+	part.Close()
 	res.Termination, res.ExitCode = protocol.FrameworkTimeout, protocol.ExitFramework
 	res.Settlement = s.settlementOf(c.ex.log, r)
 	// The shell comes back to its prompt: the status of what was
@@ -724,7 +706,7 @@ func (sh *shell) awaitEnd(end string) {
 // line's end to have ended (gone, or a zombie its shell reaps at once).
 func subshellGone(pid int, deadline time.Time) {
 	for pid > 0 && time.Now().Before(deadline) {
-		if info, ok := readStat(pid); !ok || info.state == 'Z' {
+		if info, err := exec.ReadStat(pid); err != nil || info.State == 'Z' {
 			return
 		}
 		time.Sleep(time.Millisecond)
@@ -741,15 +723,13 @@ const noStatus = "execute: the command's line ended without its status: the comm
 // It returns the look it made (all members), and whether it was complete.
 func (s *Server) commandSurvivors(c *command, scope exec.Scope, before []exec.Member, shellM exec.Member, res *protocol.Executed) ([]exec.Member, bool) {
 	part := newCommandPart(scope, before, shellM)
-	defer part.close()
+	defer part.Close()
 	all, err := scope.Members()
 	if err != nil {
 		c.ex.log.Warn().Err(err).Msg("could not look for the command's survivors")
 		return nil, false
 	}
-	part.mu.Lock()
-	members := part.sort(all)
-	part.mu.Unlock()
+	members := part.Sort(all)
 	res.Survivors, res.SurvivorsOmitted = describe(members, shellM.PID)
 	for i := range res.Survivors {
 		res.Survivors[i].Execution = c.ex.id
@@ -760,17 +740,16 @@ func (s *Server) commandSurvivors(c *command, scope exec.Scope, before []exec.Me
 // newCommandPart is the part of a session's scope that is one command's:
 // every member but the shell and what was there when the command began
 // (before), and but the descendants of those (the shell's excepted), by
-// pid and start time; a keptOut (keptout_linux.go), so that it is
-// settled, with pidfds, as a trial boundary settles what it does not keep.
-func newCommandPart(scope exec.Scope, before []exec.Member, shellM exec.Member) *keptOut {
-	k := &keptOut{scope: scope, kept: map[int]uint64{}, targets: map[int]*target{},
-		spare: map[int]uint64{shellM.PID: shellM.Start}}
+// pid and start time; an exec.Part, so that it is settled, with pidfds,
+// as a trial boundary settles what it does not keep (keptout_linux.go).
+func newCommandPart(scope exec.Scope, before []exec.Member, shellM exec.Member) *exec.Part {
+	kept := make([]exec.Member, 0, len(before))
 	for _, m := range before {
 		if m.PID != shellM.PID {
-			k.kept[m.PID] = m.Start
+			kept = append(kept, m)
 		}
 	}
-	return k
+	return exec.NewPart(scope, kept, []exec.Member{shellM})
 }
 
 // line is the one command the shell reads for req: its script eval'ed
@@ -953,16 +932,7 @@ func (k *keys) Close() error {
 // and the waiting shell is told to go on.
 func (sh *shell) dropKeys(ex *execution, subj *exec.Subject) {
 	ex.in.stop()
-	if rc, err := subj.Stdin.SyscallConn(); err == nil {
-		_ = rc.Control(func(fd uintptr) {
-			peer, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC)
-			if errno != 0 {
-				return
-			}
-			_ = unix.IoctlSetInt(int(peer), unix.TCFLSH, unix.TCIFLUSH)
-			unix.Close(int(peer))
-		})
-	}
+	_ = exec.TerminalOf(subj.Stdin).FlushInput()
 	_, _ = sh.status.Write([]byte("\n"))
 }
 

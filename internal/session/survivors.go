@@ -81,8 +81,8 @@ func (sv *survey) describeOne(pid int) (s protocol.Survivor, retry bool) {
 	s = protocol.Survivor{PID: pid, UID: -1, Argv: exec.Argv(pid), Listens: []int{}}
 	info, ok := readProcInfo(pid)
 	if ok {
-		s.UID, s.Session = info.uid, info.session
-		s.Start, _ = startMs(info.startTicks)
+		s.UID, s.Session = info.uid, info.SID
+		s.Start, _ = startMs(info.Start)
 		if len(sv.listening) > 0 {
 			s.Listens = sv.ports(pid)
 		}
@@ -90,10 +90,10 @@ func (sv *survey) describeOne(pid int) (s protocol.Survivor, retry bool) {
 	if s.Argv == nil {
 		s.ArgvUnavailable = true
 		s.Argv = []string{}
-		if ok && info.comm != "" {
-			s.Argv = []string{info.comm}
+		if ok && info.Comm != "" {
+			s.Argv = []string{info.Comm}
 		}
-		retry = ok && info.state != 'Z' && info.state != 'X'
+		retry = ok && info.State != 'Z' && info.State != 'X'
 	}
 	return s, retry
 }

@@ -222,7 +222,7 @@ func (s *Server) trialSurvivors(log zerolog.Logger, what string) (list []protoco
 // processes keep names and their descendants, every scope at once, and
 // returns the pids it settled. A scope that holds none of them is stopped
 // whole (teardown.Stop, its usual evidence) and let go; in one that does,
-// every other process is stopped one by one (keptOut). A settlement
+// every other process is stopped one by one (keptOut, an exec.Part). A settlement
 // without evidence makes relayd's exit status and later quiescent say so.
 func (cn *conn) settleSurvivors(keep []protocol.Kept) []int {
 	s := cn.srv
@@ -242,8 +242,8 @@ func (cn *conn) settleSurvivors(keep []protocol.Kept) []int {
 				return
 			}
 			out := newKeptOut(l.scope, members, err == nil, keep)
-			defer out.close()
-			if l.shell != nil && !out.keeps() {
+			defer out.Close()
+			if l.shell != nil && !out.Keeps() {
 				// An open session that keeps nothing is closed: its
 				// whole scope settled, by its own execution.
 				pids := l.shell.closeForBoundary(members)
@@ -261,17 +261,17 @@ func (cn *conn) settleSurvivors(keep []protocol.Kept) []int {
 				log.Warn().Ints("pids", out.mismatched).Msg("trial boundary: a kept pid names a process with another start time (the pid reused): settled, not kept")
 			}
 			var target teardown.Scope = out
-			if !out.keeps() {
+			if !out.Keeps() {
 				target = l.scope
 			}
 			r := s.stopScope(log, target)
 			word := s.settlementOf(log, r)
-			pids := out.settled()
-			log.Info().Str("settlement", word).Ints("pids", pids).Bool("kept", out.keeps()).Msg("trial boundary: survivors settled")
+			pids := out.Settled()
+			log.Info().Str("settlement", word).Ints("pids", pids).Bool("kept", out.Keeps()).Msg("trial boundary: survivors settled")
 			mu.Lock()
 			settled = append(settled, pids...)
 			mu.Unlock()
-			if !out.keeps() {
+			if !out.Keeps() {
 				s.letGo(l.scope)
 			}
 		}()

@@ -1,8 +1,6 @@
 package testharness
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -10,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/relayd/relayd/internal/exec"
 )
 
 // Stat is what tests read of /proc/PID/stat.
@@ -25,34 +25,14 @@ type Stat struct {
 // Dead is true for a zombie or a process being reaped.
 func (s Stat) Dead() bool { return s.State == 'Z' || s.State == 'X' }
 
-// ReadStat reads /proc/PID/stat. The command name, field 2, may hold spaces
-// and parentheses, so the fields are read after its last ')'.
+// ReadStat reads /proc/PID/stat (exec.ReadStat, relayd's one reader of it).
 func ReadStat(pid int) (Stat, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	st, err := exec.ReadStat(pid)
 	if err != nil {
-		return Stat{}, err
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return Stat{}, fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	// f[0] is field 3 (state); f[k] is field k+3.
-	f := strings.Fields(string(b[i+2:]))
-	if len(f) < 20 {
-		return Stat{}, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
-	}
-	ppid, err1 := strconv.Atoi(f[1])
-	pgid, err2 := strconv.Atoi(f[2])
-	sid, err3 := strconv.Atoi(f[3])
-	utime, err4 := strconv.ParseInt(f[11], 10, 64)
-	stime, err5 := strconv.ParseInt(f[12], 10, 64)
-	start, err6 := strconv.ParseUint(f[19], 10, 64)
-	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
 		return Stat{}, fmt.Errorf("/proc/%d/stat: %w", pid, err)
 	}
-	// Clock ticks are 10 ms (USER_HZ 100) on every Linux this runs on.
-	return Stat{State: f[0][0], PPID: ppid, PGID: pgid, SID: sid,
-		CPU: time.Duration(utime+stime) * 10 * time.Millisecond, Start: start}, nil
+	return Stat{State: st.State, PPID: st.PPID, PGID: st.PGID, SID: st.SID,
+		CPU: time.Duration(st.UTime+st.STime) * time.Second / exec.ClockTicks, Start: st.Start}, nil
 }
 
 // Alive is true while pid exists and is not a zombie.
@@ -123,14 +103,10 @@ func Leftovers(ppid int) []string {
 		time.Sleep(20 * time.Millisecond)
 	}
 	for _, pid := range pids {
-		fd, err := unix.PidfdOpen(pid, 0)
-		if err != nil {
-			continue
-		}
-		if s, err := ReadStat(pid); err == nil && s.PPID == ppid {
-			_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
-		}
-		unix.Close(fd)
+		_ = exec.SignalPinned(pid, unix.SIGKILL, func() bool {
+			s, err := ReadStat(pid)
+			return err == nil && s.PPID == ppid
+		})
 	}
 	return out
 }

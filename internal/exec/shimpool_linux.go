@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Shims is relayd's side of the shims (shim_linux.go): a pool of idle
+// Shims is relayd's side of the shims (shimproc_linux.go): a pool of idle
 // ones, started off the critical path and reused once their subtree is
 // empty, so that an execute costs no shim start.
 type Shims struct {
@@ -680,14 +680,14 @@ func (sh *shim) kill() {
 	sh.retiring = true
 	sh.mu.Unlock()
 	if !dead {
-		if fd, err := unix.PidfdOpen(sh.pid, 0); err == nil {
+		_ = SignalPinned(sh.pid, unix.SIGKILL, func() bool {
 			select {
 			case <-sh.exited: // reaped already: the pid may be another's now
+				return false
 			default:
-				_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+				return true
 			}
-			unix.Close(fd)
-		}
+		})
 	}
 	sh.conn.Close()
 }
