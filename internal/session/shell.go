@@ -75,6 +75,14 @@ type shell struct {
 	// keepRest: a trial boundary kept processes of the session, so what
 	// remains when the shell exits is left alone, not settled.
 	keepRest atomic.Bool
+
+	// expect is the running command's nonce and end nonce (readStatus);
+	// dirty counts the messages of the shell that were neither one of
+	// those nor an ignored signal's trap line: a bash guard's listing of
+	// a trap, or anything else. The guard is clean when none came between
+	// the line's start and its "c" (runCommand).
+	expect atomic.Pointer[[2]string]
+	dirty  atomic.Int64
 }
 
 // command is one execute of a session, handed to its shell's loop.
@@ -268,14 +276,7 @@ func (sh *shell) atPrompt() bool {
 // take its terminal back from a job that just ended (as lookAfterExit
 // allows a scope).
 func (sh *shell) backAtPrompt() bool {
-	deadline := time.Now().Add(50 * time.Millisecond)
-	for !sh.atPrompt() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return true
+	return waitFor(50*time.Millisecond, sh.atPrompt)
 }
 
 // typeable waits, at most limit, until the shell reads its terminal in
@@ -286,19 +287,30 @@ func typeable(tty *os.File, limit time.Duration) {
 	if err != nil {
 		return
 	}
-	deadline := time.Now().Add(limit)
-	for {
+	waitFor(limit, func() bool {
 		canonical := true
 		_ = rc.Control(func(fd uintptr) {
 			if t, err := unix.IoctlGetTermios(int(fd), unix.TCGETS); err == nil {
 				canonical = t.Lflag&unix.ICANON != 0
 			}
 		})
-		if !canonical || time.Now().After(deadline) {
-			return
+		return !canonical
+	})
+}
+
+// waitFor reports whether cond holds within limit. It looks again after
+// 20 µs, then twice as long each time up to a millisecond: what it waits
+// for (a shell taking its terminal back, readline's mode) is a matter of
+// microseconds when the machine is idle, and no event tells it.
+func waitFor(limit time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(limit)
+	for pause := 20 * time.Microsecond; !cond(); pause = min(2*pause, time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(pause)
 	}
+	return true
 }
 
 // shellNamed returns the open session name, or nil.
@@ -340,7 +352,17 @@ func (sh *shell) readStatus(pid int, log zerolog.Logger) {
 		m := statusMsg{nonce: nonce, opened: code == "o", begins: code == "b", keys: code == "k", clean: code == "c", ended: code == "e", from: from}
 		c, err := strconv.Atoi(code)
 		if !ok || !m.opened && !m.begins && !m.keys && !m.clean && !m.ended && (err != nil || c < 0 || c > 255 || strconv.Itoa(c) != code) {
-			continue
+			ok = false
+		}
+		if cur := sh.expect.Load(); !ok || cur == nil || nonce != cur[0] && nonce != cur[1] {
+			// Not the running command's: a trap a bash guard listed,
+			// unless it is an ignored signal's (ignoredTrap).
+			if !ignoredTrap(buf[:n]) {
+				sh.dirty.Add(1)
+			}
+			if !ok {
+				continue
+			}
 		}
 		m.code = c
 		select {
@@ -519,13 +541,17 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 		finish()
 		res.Cwd = ""
 	}
-	if sh.screen != nil {
+	if sh.screen != nil && sh.kind == protocol.ShellBash {
+		// dash has no line editor: it reads its terminal in canonical
+		// mode, so there is nothing to wait for.
 		typeable(subj.Stdin, cutLimit)
 	}
 	in := ""
 	if fifo != nil {
 		in = fifo.path()
 	}
+	sh.expect.Store(&[2]string{nonce, end})
+	dirty := sh.dirty.Load() // what came before the line is not its guard's listing
 	_ = subj.Stdin.SetWriteDeadline(time.Now().Add(s.cfg.TeardownTimeout))
 	if _, err := io.WriteString(subj.Stdin, sh.line(req, nonce, end, in)); err != nil {
 		// The shell does not read: the session cannot go on.
@@ -588,7 +614,14 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 				continue
 			}
 			if m.clean {
-				clean = true
+				// The guard's listing came before its "c" (in order, from
+				// one sender): the script runs only on relayd's "0".
+				clean = sh.dirty.Load() == dirty
+				word := "1" // one byte: read -n 1 takes the message whole
+				if clean {
+					word = "0"
+				}
+				_, _ = sh.status.Write([]byte(word))
 				continue
 			}
 			res.ExitCode = m.code
@@ -649,7 +682,11 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 				finish() // the shell is back: its line ended
 				return res, st, false, why
 			}
-			if m.nonce != nonce || m.clean || m.ended {
+			if m.nonce == nonce && m.clean {
+				_, _ = sh.status.Write([]byte("1")) // the guard waits: the script is not run
+				continue
+			}
+			if m.nonce != nonce || m.ended {
 				continue
 			}
 			if m.opened {
@@ -698,7 +735,7 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 // untrusted is the error of a bash session's command whose guard did not
 // pass (line): the status that came is not taken.
 const untrusted = "execute: this session's shell holds something an earlier command left that could fake a command's status " +
-	"(a trap, a function named eval, functrace or errtrace, a readonly POSIXLY_CORRECT), so the command was not run and has no status; " +
+	"(a trap, a function named eval, functrace, errtrace or xtrace, a readonly POSIXLY_CORRECT), so the command was not run and has no status; " +
 	"undo it in the session, or close it and run checks that must be trusted in a fresh execution"
 
 // awaitEnd waits, at most cutLimit, for the end ("e") of a command's line
@@ -712,6 +749,12 @@ func (sh *shell) awaitEnd(end string) {
 		case m := <-sh.msgs:
 			if m.nonce == end && m.ended {
 				subshellGone(m.from, deadline)
+				if sh.screen != nil {
+					// The subshell was the terminal's foreground job: the
+					// reply waits for the shell to take it back, so that
+					// the next command finds it at its prompt.
+					waitFor(time.Until(deadline), sh.atPrompt)
+				}
 				return
 			}
 		case <-t.C:
@@ -723,18 +766,13 @@ func (sh *shell) awaitEnd(end string) {
 // subshellGone waits, until deadline, for the subshell pid that said a
 // line's end to have ended (gone, or a zombie its shell reaps at once).
 func subshellGone(pid int, deadline time.Time) {
-	for pid > 0 && time.Now().Before(deadline) {
-		if info, ok := readStat(pid); !ok || info.state == 'Z' {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
+	exec.WaitGone(pid, deadline)
 }
 
 // noStatus is the error of a command whose line ended without a status:
 // the command itself left a trap or option that refused the subshell
 // that says it (line).
-const noStatus = "execute: the command's line ended without its status: the command left the shell in a state (functrace, errtrace, " +
+const noStatus = "execute: the command's line ended without its status: the command left the shell in a state (functrace, errtrace, xtrace, " +
 	"a readonly POSIXLY_CORRECT) in which its status cannot be said; undo it in the session"
 
 // commandSurvivors lists the processes the command started that still run.
@@ -781,16 +819,23 @@ func newCommandPart(scope exec.Scope, before []exec.Member, shellM exec.Member) 
 // (a function, an alias, a trap, an option, a readonly variable) runs in
 // them or can fake them (docs/protocol.md, 4.7 "Whose status"):
 //
-//   - bash first checks the shell (guard): no trap, no function named
-//     eval, functrace and errtrace off, POSIX mode possible; it says
-//     "<nonce> c" only then, and the script runs only then. A status
-//     without it is no status (runCommand).
-//   - the status, "<nonce> <status>", comes from a subshell forked right
-//     after the script, which has its $? and runs no name an earlier
-//     command can define: in POSIX mode, where the special builtin trap
-//     is found before any function (bash's enable, which could disable
-//     it, is itself disabled when the session opens: shellSetup), it
-//     sets the message as a trap's text and prints it with trap -p.
+//   - bash first checks the shell (guard), in one subshell: in POSIX
+//     mode, where the special builtins are found before any function
+//     (bash's enable, which could disable them, is itself disabled when
+//     the session opens: shellSetup), it removes any function named trap
+//     or read, leaves POSIX mode to list the shell's traps (trap -p then
+//     lists only those set) for relayd, and, back in POSIX mode and with
+//     no function named eval, says "<nonce> c" and waits for relayd's
+//     one-byte verdict: "0" when nothing but the running command's own
+//     messages and ignored signals' lines came before (readStatus), and
+//     it exits with it. The script runs only on "0"; a status without
+//     "c" is no status (runCommand).
+//   - the status, "<nonce> <status>", and then the line's end, "<end> e",
+//     come from one subshell forked right after the script, which has its
+//     $? and runs no name an earlier command can define: in POSIX mode it
+//     sets each message as a trap's text and prints it with trap -p. Only
+//     when it could not (functrace, errtrace, a readonly POSIXLY_CORRECT
+//     the script left) does endLine's subshell say the end alone.
 //   - with fifo (its input and stdin, fifo_linux.go), "<nonce> o" once the
 //     shell opened it, so that relayd ends it only once it has.
 //   - on a pty, "<nonce> b" when the script begins (what the terminal
@@ -815,26 +860,40 @@ func (sh *shell) line(req *protocol.Execute, nonce, end, fifo string) string {
 	say := func(msg string) string {
 		return fmt.Sprintf(`\trap -- %s USR2 0<&"0%s";%s >&3 0<&"0%s";`, msg, posix, list, posix)
 	}
-	// sub is a subshell: with bash, refused before it runs anything when
-	// functrace or errtrace would let a DEBUG or ERR trap run in it.
+	// sub is a subshell in which nothing an earlier command left runs:
+	// with bash, refused before it runs anything when functrace or
+	// errtrace would let a DEBUG or ERR trap run in it, or xtrace would
+	// expand PS4 (whose command substitutions see the subshell's
+	// variables and BASH_COMMAND, and inherit descriptor 3) before each
+	// of its commands. dash ends the shell on such a redirection: there
+	// the subshell turns xtrace off first (set, a special builtin, is
+	// found before functions), keeping $? in $1; keep is how its body
+	// takes the status the script left.
+	keep := v + "=$?;"
 	sub := func(body string) string {
 		if !bash {
-			return "(" + body + ")"
+			return `(\set +x "$?";` + body + ")"
 		}
-		return "(" + body + `)2>&- 0<&"0${SHELLOPTS#"${SHELLOPTS%%functrace*}"}${SHELLOPTS#"${SHELLOPTS%%errtrace*}"}"`
+		return "(" + body + `)2>&- 0<&"0${SHELLOPTS#"${SHELLOPTS%%functrace*}"}${SHELLOPTS#"${SHELLOPTS%%errtrace*}"}${-#"${-%%x*}"}"`
+	}
+	if !bash {
+		keep = v + "=$1;"
 	}
 	// wait reads relayd's word, after read's function (if any) is gone.
 	wait := pre + `\unset -f read;\read -r ` + v + "k <&3;"
 	eval := `\eval`
 	var b strings.Builder
 	if bash {
-		// The guard: any trap (but an ignored signal) or a function
-		// named eval shows in t as "trap -- ".
-		t := v + "t"
-		b.WriteString(sub(pre + t + `=$(\trap -p;\readonly -f eval 2>&- && \trap -- x USR2 && \trap -p USR2);` +
-			t + `=${` + t + `//"trap -- - "/};` + t + `=${` + t + `//"trap -- '' "/};` +
-			v + `=${` + t + `#"${` + t + `%%"trap -- "*}"};` +
-			strings.ReplaceAll(say("'"+nonce+" c'"), posix, posix+"$"+v)))
+		// The guard. g stays "x" (every later step refused) unless each
+		// step up to the listing was taken and eval is no function;
+		// until POSIX mode is left, unset is the special builtin, and
+		// after it trap and read are builtins whatever the mode.
+		g, k := v+"g", v+"v"
+		gate := `0<&"0` + posix + "$" + g + `"`
+		b.WriteString(sub(g + "=x;" + pre + `\unset -f trap read 0<&"0` + posix + `"&&\unset POSIXLY_CORRECT&&\trap -p >&3&&` +
+			`POSIXLY_CORRECT=y&&` + g + `=;\readonly -f eval 2>&-&&` + g + "=x;" +
+			strings.ReplaceAll(say("'"+nonce+" c'"), `0<&"0`+posix+`"`, gate) +
+			`\read -r -n 1 ` + k + " <&3 " + gate + `;\exit "${` + k + `:-1}" ` + gate))
 		b.WriteString("&&")
 	} else {
 		// dash looks special builtins up before functions: unset is one;
@@ -848,27 +907,25 @@ func (sh *shell) line(req *protocol.Execute, nonce, end, fifo string) string {
 		in = "" // on a terminal, the command reads it, as typed
 	}
 	if req.HasInput && fifo == "" {
-		iv := v + "i"
+		iv := "__relayd_" + newNonce() // not the status nonce: the shell keeps it, and PS4 could show it
 		b.WriteString(iv + "=" + shQuote(string(req.Input)) + ";")
 		in = `< <(` + pre + `\unset -f printf;printf %s "$` + iv + `")`
 	}
-	status := sub(v + "=$?;" + pre + say(`"`+nonce+` $`+v+`"`))
-	// The line's end, said with a nonce of its own, which is all any
-	// trap or function that runs in it can see: a status that did not
-	// come (the script itself left a trap or option that refused the
-	// subshell) is then an error, not a wait. Said twice with bash, the
-	// second time without POSIX mode (a readonly POSIXLY_CORRECT).
-	last := sh.endLine(end)
+	// The status and then the line's end, said with a nonce of its own:
+	// a status that did not come (the script itself left a trap or option
+	// that refused the subshell) is then an error, not a wait; endLine
+	// says it when this subshell could not.
+	status := sub(keep+pre+say(`"`+nonce+` $`+v+`"`)+say("'"+end+" e'")) + "||" + sh.endLine(end)
 	switch {
 	case fifo != "":
 		inner := sub(pre+say("'"+nonce+" o'")) + ";" + eval + " " + shQuote(req.Script) + " 3>&-"
-		fmt.Fprintf(&b, "%s %s <%s;%s;%s", eval, shQuote(inner), shQuote(fifo), status, last)
+		fmt.Fprintf(&b, "%s %s <%s;%s", eval, shQuote(inner), shQuote(fifo), status)
 	case sh.screen != nil:
 		b.WriteString(sub(pre+say("'"+nonce+" b'")+wait) + "&&")
 		fmt.Fprintf(&b, "%s %s%s 3>&-;", eval, shQuote(req.Script), in)
-		b.WriteString(sub(v+"=$?;"+pre+say("'"+nonce+" k'")+wait+say(`"`+nonce+` $`+v+`"`)) + ";" + last)
+		b.WriteString(sub(keep+pre+say("'"+nonce+" k'")+wait+say(`"`+nonce+` $`+v+`"`)+say("'"+end+" e'")) + "||" + sh.endLine(end))
 	default:
-		fmt.Fprintf(&b, "%s %s%s 3>&-;%s;%s", eval, shQuote(req.Script), in, status, last)
+		fmt.Fprintf(&b, "%s %s%s 3>&-;%s", eval, shQuote(req.Script), in, status)
 	}
 	return b.String()
 }
@@ -879,7 +936,7 @@ func (sh *shell) line(req *protocol.Execute, nonce, end, fifo string) string {
 func (sh *shell) endLine(end string) string {
 	msg := `\trap -- '` + end + ` e' USR2;`
 	if sh.kind != protocol.ShellBash {
-		return "(" + msg + `\trap >&3)` + "\n"
+		return `(\set +x;` + msg + `\trap >&3)` + "\n"
 	}
 	return `(POSIXLY_CORRECT=y;` + msg + `\trap -p USR2 >&3 0<&"0${SHELLOPTS/*posix*/}")2>&-||(` + msg + `\trap -p USR2 >&3)2>&-` + "\n"
 }
@@ -914,6 +971,15 @@ func parseStatus(b []byte) (nonce, word string, ok bool) {
 		}
 	}
 	return "", "", false
+}
+
+// ignoredTrap reports whether a message is one line of trap -p for an
+// ignored signal (an empty action, as bash lists SIGPIPE ignored), which
+// runs nothing: the only trap a bash guard's listing may show (line).
+func ignoredTrap(b []byte) bool {
+	name, ok := strings.CutPrefix(string(b), "trap -- '' ")
+	name, nl := strings.CutSuffix(name, "\n")
+	return ok && nl && name != "" && strings.Trim(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+-") == ""
 }
 
 // keys writes a pty session's command's stdin into its terminal, as
