@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -76,12 +77,13 @@ type shell struct {
 	// remains when the shell exits is left alone, not settled.
 	keepRest atomic.Bool
 
-	// expect is the running command's nonce and end nonce (readStatus);
-	// dirty counts the messages of the shell that were neither one of
-	// those nor an ignored signal's trap line: a bash guard's listing of
-	// a trap, or anything else. The guard is clean when none came between
-	// the line's start and its "c" (runCommand).
-	expect atomic.Pointer[[2]string]
+	// expect is the running command's nonce and end nonce, and the line
+	// before's (readStatus, expected); dirty counts the messages of the
+	// shell that were neither such a line's own nor an ignored signal's
+	// trap line: a bash guard's listing of a trap, or anything else. The
+	// guard is clean when none came between the line's start and its "c"
+	// (runCommand).
+	expect atomic.Pointer[[4]string]
 	dirty  atomic.Int64
 }
 
@@ -354,9 +356,9 @@ func (sh *shell) readStatus(pid int, log zerolog.Logger) {
 		if !ok || !m.opened && !m.begins && !m.keys && !m.clean && !m.ended && (err != nil || c < 0 || c > 255 || strconv.Itoa(c) != code) {
 			ok = false
 		}
-		if cur := sh.expect.Load(); !ok || cur == nil || nonce != cur[0] && nonce != cur[1] {
-			// Not the running command's: a trap a bash guard listed,
-			// unless it is an ignored signal's (ignoredTrap).
+		if !ok || !sh.expected(nonce, code, buf[:n]) {
+			// Not a line's own: a trap a bash guard listed, unless it is
+			// an ignored signal's (ignoredTrap).
 			if !ignoredTrap(buf[:n]) {
 				sh.dirty.Add(1)
 			}
@@ -369,6 +371,24 @@ func (sh *shell) readStatus(pid int, log zerolog.Logger) {
 		case sh.msgs <- m:
 		default: // nobody waits for so many: dropped
 		}
+	}
+}
+
+// expected reports whether a status message (nonce, word) is one that the
+// running command's line or the one before it says: in the form the
+// subshells print in POSIX mode ("USR2"), which a bash guard's listing,
+// made out of it, never has ("SIGUSR2"), or, for the running line's end
+// only, the form of its fallback without POSIX mode. A late word of an
+// interrupted line is not taken for a trap of the next one's shell.
+func (sh *shell) expected(nonce, word string, b []byte) bool {
+	n := sh.expect.Load()
+	switch {
+	case n == nil:
+		return false
+	case bytes.HasSuffix(b, []byte("' USR2\n")):
+		return nonce == n[0] || nonce == n[1] || nonce == n[2] || nonce == n[3]
+	default:
+		return word == "e" && nonce == n[1]
 	}
 }
 
@@ -550,7 +570,11 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 	if fifo != nil {
 		in = fifo.path()
 	}
-	sh.expect.Store(&[2]string{nonce, end})
+	expect := [4]string{nonce, end}
+	if prev := sh.expect.Load(); prev != nil {
+		expect[2], expect[3] = prev[0], prev[1]
+	}
+	sh.expect.Store(&expect)
 	dirty := sh.dirty.Load() // what came before the line is not its guard's listing
 	_ = subj.Stdin.SetWriteDeadline(time.Now().Add(s.cfg.TeardownTimeout))
 	if _, err := io.WriteString(subj.Stdin, sh.line(req, nonce, end, in)); err != nil {
@@ -567,6 +591,18 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 		t := time.NewTimer(time.Duration(req.TimeoutMs) * time.Millisecond)
 		defer t.Stop()
 		deadline = t.C
+	}
+	// begin is a pty command's "b": what the terminal shows from now on
+	// is the command's, and its stdin is typed.
+	begin := func() {
+		subj.Flush(cutLimit)
+		sh.stdout.to(stdout)
+		if c.ex.in != nil {
+			// stdin is keystrokes, typed from now on: readline gave
+			// the terminal up when it returned the line (typed
+			// before, they would be its, for the next prompt).
+			c.ex.in.start(&keys{tty: subj.Stdin, timeout: s.cfg.WriteTimeout})
+		}
 	}
 	var reason string
 	for reason == "" {
@@ -596,14 +632,7 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 				continue
 			}
 			if m.begins {
-				subj.Flush(cutLimit)
-				sh.stdout.to(stdout)
-				if c.ex.in != nil {
-					// stdin is keystrokes, typed from now on: readline gave
-					// the terminal up when it returned the line (typed
-					// before, they would be its, for the next prompt).
-					c.ex.in.start(&keys{tty: subj.Stdin, timeout: s.cfg.WriteTimeout})
-				}
+				begin()
 				_, _ = sh.status.Write([]byte("\n")) // the shell waits for it to run the script
 				continue
 			}
@@ -620,6 +649,9 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 				word := "1" // one byte: read -n 1 takes the message whole
 				if clean {
 					word = "0"
+					if sh.screen != nil {
+						begin() // bash on a pty: the guard is where the script begins (line)
+					}
 				}
 				_, _ = sh.status.Write([]byte(word))
 				continue
@@ -839,7 +871,8 @@ func newCommandPart(scope exec.Scope, before []exec.Member, shellM exec.Member) 
 //   - with fifo (its input and stdin, fifo_linux.go), "<nonce> o" once the
 //     shell opened it, so that relayd ends it only once it has.
 //   - on a pty, "<nonce> b" when the script begins (what the terminal
-//     showed before is the typed line's echo) and "<nonce> k" when it
+//     showed before is the typed line's echo; with bash the guard's "c"
+//     is it, a subshell less) and "<nonce> k" when it
 //     ended; each time the subshell waits for relayd's word on
 //     descriptor 3: relayd takes the command's output up to there, stops
 //     typing, and drops what the command left unread in the terminal,
@@ -883,6 +916,17 @@ func (sh *shell) line(req *protocol.Execute, nonce, end, fifo string) string {
 	wait := pre + `\unset -f read;\read -r ` + v + "k <&3;"
 	eval := `\eval`
 	var b strings.Builder
+	in := "</dev/null"
+	if sh.screen != nil {
+		in = "" // on a terminal, the command reads it, as typed
+	}
+	if req.HasInput && fifo == "" {
+		// First, so that the guard's && is the script's: the variable
+		// has a nonce of its own (the shell keeps it, PS4 could show it).
+		iv := "__relayd_" + newNonce()
+		b.WriteString(iv + "=" + shQuote(string(req.Input)) + ";")
+		in = `< <(` + pre + `\unset -f printf;printf %s "$` + iv + `")`
+	}
 	if bash {
 		// The guard. g stays "x" (every later step refused) unless each
 		// step up to the listing was taken and eval is no function;
@@ -902,15 +946,6 @@ func (sh *shell) line(req *protocol.Execute, nonce, end, fifo string) string {
 		b.WriteString(`\unset -f command;`)
 		eval = `\command eval`
 	}
-	in := "</dev/null"
-	if sh.screen != nil {
-		in = "" // on a terminal, the command reads it, as typed
-	}
-	if req.HasInput && fifo == "" {
-		iv := "__relayd_" + newNonce() // not the status nonce: the shell keeps it, and PS4 could show it
-		b.WriteString(iv + "=" + shQuote(string(req.Input)) + ";")
-		in = `< <(` + pre + `\unset -f printf;printf %s "$` + iv + `")`
-	}
 	// The status and then the line's end, said with a nonce of its own:
 	// a status that did not come (the script itself left a trap or option
 	// that refused the subshell) is then an error, not a wait; endLine
@@ -921,7 +956,9 @@ func (sh *shell) line(req *protocol.Execute, nonce, end, fifo string) string {
 		inner := sub(pre+say("'"+nonce+" o'")) + ";" + eval + " " + shQuote(req.Script) + " 3>&-"
 		fmt.Fprintf(&b, "%s %s <%s;%s", eval, shQuote(inner), shQuote(fifo), status)
 	case sh.screen != nil:
-		b.WriteString(sub(pre+say("'"+nonce+" b'")+wait) + "&&")
+		if !bash { // bash's guard is the script's beginning: relayd takes its "c" as "b"
+			b.WriteString(sub(pre+say("'"+nonce+" b'")+wait) + "&&")
+		}
 		fmt.Fprintf(&b, "%s %s%s 3>&-;", eval, shQuote(req.Script), in)
 		b.WriteString(sub(keep+pre+say("'"+nonce+" k'")+wait+say(`"`+nonce+` $`+v+`"`)+say("'"+end+" e'")) + "||" + sh.endLine(end))
 	default:
