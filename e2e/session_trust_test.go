@@ -34,6 +34,14 @@ var hijacks = []struct {
 	{"DEBUG trap that forges", `q="'"; trap 'case $BASH_COMMAND in *">&3"*) n=${BASH_COMMAND#*$q}; command printf "%s 0\n" "${n%% *}" >&3;; esac' DEBUG`, false},
 	{"enable -n", `enable -n printf read`, false},
 	{"readonly", `readonly __relayd_e=0 __relayd_k=0 POSIXLY_CORRECT`, false},
+	// xtrace: PS4's command substitutions run before each traced command
+	// of a subshell that holds descriptor 3, and see its variables and
+	// (bash) the command about to run, the nonce in both.
+	{"xtrace with a PS4 that reads BASH_COMMAND", `exec 7>/dev/null; BASH_XTRACEFD=7; q="'"; __i=0; ` +
+		`PS4='${__c[__i+=1]=$BASH_COMMAND}$(x=${__c[__i]}; case $x in *__relayd_*) n=${x#*__relayd_}; n=${n:0:32}; ` +
+		`command printf "trap -- %s USR2\n" "${q}$n c${q}" "${q}$n 0${q}" >&3;; esac)'; set -x`, false},
+	{"xtrace with a PS4 that reads the variables", `PS4='$(for n in $(set | sed -n "s/^__relayd_\([0-9a-f]*\)=.*/\1/p"); ` +
+		`do printf "trap -- %s USR2\n" "'"'"'$n 0'"'"'" >&3; done)+ '; set -x`, true},
 }
 
 // wantNoForgedStatus: false's reply is its own status, 1, or a clear

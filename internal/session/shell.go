@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -75,6 +76,15 @@ type shell struct {
 	// keepRest: a trial boundary kept processes of the session, so what
 	// remains when the shell exits is left alone, not settled.
 	keepRest atomic.Bool
+
+	// expect is the running command's nonce and end nonce, and the line
+	// before's (readStatus, expected); dirty counts the messages of the
+	// shell that were neither such a line's own nor an ignored signal's
+	// trap line: a bash guard's listing of a trap, or anything else. The
+	// guard is clean when none came between the line's start and its "c"
+	// (runCommand).
+	expect atomic.Pointer[[4]string]
+	dirty  atomic.Int64
 }
 
 // command is one execute of a session, handed to its shell's loop.
@@ -259,28 +269,32 @@ func (sh *shell) atPrompt() bool {
 // take its terminal back from a job that just ended (as lookAfterExit
 // allows a scope).
 func (sh *shell) backAtPrompt() bool {
-	deadline := time.Now().Add(50 * time.Millisecond)
-	for !sh.atPrompt() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return true
+	return waitFor(50*time.Millisecond, sh.atPrompt)
 }
 
 // typeable waits, at most limit, until the shell reads its terminal in
 // non-canonical mode (readline's), so that a long command line is not
 // cut at the line discipline's 4 KiB of canonical input.
 func typeable(tty *os.File, limit time.Duration) {
-	deadline := time.Now().Add(limit)
-	for {
+	waitFor(limit, func() bool {
 		canonical, err := exec.TerminalOf(tty).Canonical()
-		if err == nil && !canonical || time.Now().After(deadline) {
-			return
+		return err == nil && !canonical
+	})
+}
+
+// waitFor reports whether cond holds within limit. It looks again after
+// 20 µs, then twice as long each time up to a millisecond: what it waits
+// for (a shell taking its terminal back, readline's mode) is a matter of
+// microseconds when the machine is idle, and no event tells it.
+func waitFor(limit time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(limit)
+	for pause := 20 * time.Microsecond; !cond(); pause = min(2*pause, time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(pause)
 	}
+	return true
 }
 
 // shellNamed returns the open session name, or nil.
@@ -322,13 +336,41 @@ func (sh *shell) readStatus(pid int, log zerolog.Logger) {
 		m := statusMsg{nonce: nonce, opened: code == "o", begins: code == "b", keys: code == "k", clean: code == "c", ended: code == "e", from: from}
 		c, err := strconv.Atoi(code)
 		if !ok || !m.opened && !m.begins && !m.keys && !m.clean && !m.ended && (err != nil || c < 0 || c > 255 || strconv.Itoa(c) != code) {
-			continue
+			ok = false
+		}
+		if !ok || !sh.expected(nonce, code, buf[:n]) {
+			// Not a line's own: a trap a bash guard listed, unless it is
+			// an ignored signal's (ignoredTrap).
+			if !ignoredTrap(buf[:n]) {
+				sh.dirty.Add(1)
+			}
+			if !ok {
+				continue
+			}
 		}
 		m.code = c
 		select {
 		case sh.msgs <- m:
 		default: // nobody waits for so many: dropped
 		}
+	}
+}
+
+// expected reports whether a status message (nonce, word) is one that the
+// running command's line or the one before it says: in the form the
+// subshells print in POSIX mode ("USR2"), which a bash guard's listing,
+// made out of it, never has ("SIGUSR2"), or, for the running line's end
+// only, the form of its fallback without POSIX mode. A late word of an
+// interrupted line is not taken for a trap of the next one's shell.
+func (sh *shell) expected(nonce, word string, b []byte) bool {
+	n := sh.expect.Load()
+	switch {
+	case n == nil:
+		return false
+	case bytes.HasSuffix(b, []byte("' USR2\n")):
+		return nonce == n[0] || nonce == n[1] || nonce == n[2] || nonce == n[3]
+	default:
+		return word == "e" && nonce == n[1]
 	}
 }
 
@@ -501,13 +543,21 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 		finish()
 		res.Cwd = ""
 	}
-	if sh.screen != nil {
+	if sh.screen != nil && sh.kind == protocol.ShellBash {
+		// dash has no line editor: it reads its terminal in canonical
+		// mode, so there is nothing to wait for.
 		typeable(subj.Stdin, cutLimit)
 	}
 	in := ""
 	if fifo != nil {
 		in = fifo.path()
 	}
+	expect := [4]string{nonce, end}
+	if prev := sh.expect.Load(); prev != nil {
+		expect[2], expect[3] = prev[0], prev[1]
+	}
+	sh.expect.Store(&expect)
+	dirty := sh.dirty.Load() // what came before the line is not its guard's listing
 	_ = subj.Stdin.SetWriteDeadline(time.Now().Add(s.cfg.TeardownTimeout))
 	if _, err := io.WriteString(subj.Stdin, sh.line(req, nonce, end, in)); err != nil {
 		// The shell does not read: the session cannot go on.
@@ -523,6 +573,18 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 		t := time.NewTimer(time.Duration(req.TimeoutMs) * time.Millisecond)
 		defer t.Stop()
 		deadline = t.C
+	}
+	// begin is a pty command's "b": what the terminal shows from now on
+	// is the command's, and its stdin is typed.
+	begin := func() {
+		subj.Flush(cutLimit)
+		sh.stdout.to(stdout)
+		if c.ex.in != nil {
+			// stdin is keystrokes, typed from now on: readline gave
+			// the terminal up when it returned the line (typed
+			// before, they would be its, for the next prompt).
+			c.ex.in.start(&keys{tty: subj.Stdin, timeout: s.cfg.WriteTimeout})
+		}
 	}
 	var reason string
 	for reason == "" {
@@ -552,14 +614,7 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 				continue
 			}
 			if m.begins {
-				subj.Flush(cutLimit)
-				sh.stdout.to(stdout)
-				if c.ex.in != nil {
-					// stdin is keystrokes, typed from now on: readline gave
-					// the terminal up when it returned the line (typed
-					// before, they would be its, for the next prompt).
-					c.ex.in.start(&keys{tty: subj.Stdin, timeout: s.cfg.WriteTimeout})
-				}
+				begin()
 				_, _ = sh.status.Write([]byte("\n")) // the shell waits for it to run the script
 				continue
 			}
@@ -570,7 +625,17 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 				continue
 			}
 			if m.clean {
-				clean = true
+				// The guard's listing came before its "c" (in order, from
+				// one sender): the script runs only on relayd's "0".
+				clean = sh.dirty.Load() == dirty
+				word := "1" // one byte: read -n 1 takes the message whole
+				if clean {
+					word = "0"
+					if sh.screen != nil {
+						begin() // bash on a pty: the guard is where the script begins (line)
+					}
+				}
+				_, _ = sh.status.Write([]byte(word))
 				continue
 			}
 			res.ExitCode = m.code
@@ -631,7 +696,11 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 				finish() // the shell is back: its line ended
 				return res, st, false, why
 			}
-			if m.nonce != nonce || m.clean || m.ended {
+			if m.nonce == nonce && m.clean {
+				_, _ = sh.status.Write([]byte("1")) // the guard waits: the script is not run
+				continue
+			}
+			if m.nonce != nonce || m.ended {
 				continue
 			}
 			if m.opened {
@@ -680,7 +749,7 @@ func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res prot
 // untrusted is the error of a bash session's command whose guard did not
 // pass (line): the status that came is not taken.
 const untrusted = "execute: this session's shell holds something an earlier command left that could fake a command's status " +
-	"(a trap, a function named eval, functrace or errtrace, a readonly POSIXLY_CORRECT), so the command was not run and has no status; " +
+	"(a trap, a function named eval, functrace, errtrace or xtrace, a readonly POSIXLY_CORRECT), so the command was not run and has no status; " +
 	"undo it in the session, or close it and run checks that must be trusted in a fresh execution"
 
 // awaitEnd waits, at most cutLimit, for the end ("e") of a command's line
@@ -694,6 +763,12 @@ func (sh *shell) awaitEnd(end string) {
 		case m := <-sh.msgs:
 			if m.nonce == end && m.ended {
 				subshellGone(m.from, deadline)
+				if sh.screen != nil {
+					// The subshell was the terminal's foreground job: the
+					// reply waits for the shell to take it back, so that
+					// the next command finds it at its prompt.
+					waitFor(time.Until(deadline), sh.atPrompt)
+				}
 				return
 			}
 		case <-t.C:
@@ -705,18 +780,13 @@ func (sh *shell) awaitEnd(end string) {
 // subshellGone waits, until deadline, for the subshell pid that said a
 // line's end to have ended (gone, or a zombie its shell reaps at once).
 func subshellGone(pid int, deadline time.Time) {
-	for pid > 0 && time.Now().Before(deadline) {
-		if info, err := exec.ReadStat(pid); err != nil || info.State == 'Z' {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
+	exec.WaitGone(pid, deadline)
 }
 
 // noStatus is the error of a command whose line ended without a status:
 // the command itself left a trap or option that refused the subshell
 // that says it (line).
-const noStatus = "execute: the command's line ended without its status: the command left the shell in a state (functrace, errtrace, " +
+const noStatus = "execute: the command's line ended without its status: the command left the shell in a state (functrace, errtrace, xtrace, " +
 	"a readonly POSIXLY_CORRECT) in which its status cannot be said; undo it in the session"
 
 // commandSurvivors lists the processes the command started that still run.
@@ -760,20 +830,28 @@ func newCommandPart(scope exec.Scope, before []exec.Member, shellM exec.Member) 
 // (a function, an alias, a trap, an option, a readonly variable) runs in
 // them or can fake them (docs/protocol.md, 4.7 "Whose status"):
 //
-//   - bash first checks the shell (guard): no trap, no function named
-//     eval, functrace and errtrace off, POSIX mode possible; it says
-//     "<nonce> c" only then, and the script runs only then. A status
-//     without it is no status (runCommand).
-//   - the status, "<nonce> <status>", comes from a subshell forked right
-//     after the script, which has its $? and runs no name an earlier
-//     command can define: in POSIX mode, where the special builtin trap
-//     is found before any function (bash's enable, which could disable
-//     it, is itself disabled when the session opens: shellSetup), it
-//     sets the message as a trap's text and prints it with trap -p.
+//   - bash first checks the shell (guard), in one subshell: in POSIX
+//     mode, where the special builtins are found before any function
+//     (bash's enable, which could disable them, is itself disabled when
+//     the session opens: shellSetup), it removes any function named trap
+//     or read, leaves POSIX mode to list the shell's traps (trap -p then
+//     lists only those set) for relayd, and, back in POSIX mode and with
+//     no function named eval, says "<nonce> c" and waits for relayd's
+//     one-byte verdict: "0" when nothing but the running command's own
+//     messages and ignored signals' lines came before (readStatus), and
+//     it exits with it. The script runs only on "0"; a status without
+//     "c" is no status (runCommand).
+//   - the status, "<nonce> <status>", and then the line's end, "<end> e",
+//     come from one subshell forked right after the script, which has its
+//     $? and runs no name an earlier command can define: in POSIX mode it
+//     sets each message as a trap's text and prints it with trap -p. Only
+//     when it could not (functrace, errtrace, a readonly POSIXLY_CORRECT
+//     the script left) does endLine's subshell say the end alone.
 //   - with fifo (its input and stdin, fifo_linux.go), "<nonce> o" once the
 //     shell opened it, so that relayd ends it only once it has.
 //   - on a pty, "<nonce> b" when the script begins (what the terminal
-//     showed before is the typed line's echo) and "<nonce> k" when it
+//     showed before is the typed line's echo; with bash the guard's "c"
+//     is it, a subshell less) and "<nonce> k" when it
 //     ended; each time the subshell waits for relayd's word on
 //     descriptor 3: relayd takes the command's output up to there, stops
 //     typing, and drops what the command left unread in the terminal,
@@ -794,26 +872,51 @@ func (sh *shell) line(req *protocol.Execute, nonce, end, fifo string) string {
 	say := func(msg string) string {
 		return fmt.Sprintf(`\trap -- %s USR2 0<&"0%s";%s >&3 0<&"0%s";`, msg, posix, list, posix)
 	}
-	// sub is a subshell: with bash, refused before it runs anything when
-	// functrace or errtrace would let a DEBUG or ERR trap run in it.
+	// sub is a subshell in which nothing an earlier command left runs:
+	// with bash, refused before it runs anything when functrace or
+	// errtrace would let a DEBUG or ERR trap run in it, or xtrace would
+	// expand PS4 (whose command substitutions see the subshell's
+	// variables and BASH_COMMAND, and inherit descriptor 3) before each
+	// of its commands. dash ends the shell on such a redirection: there
+	// the subshell turns xtrace off first (set, a special builtin, is
+	// found before functions), keeping $? in $1; keep is how its body
+	// takes the status the script left.
+	keep := v + "=$?;"
 	sub := func(body string) string {
 		if !bash {
-			return "(" + body + ")"
+			return `(\set +x "$?";` + body + ")"
 		}
-		return "(" + body + `)2>&- 0<&"0${SHELLOPTS#"${SHELLOPTS%%functrace*}"}${SHELLOPTS#"${SHELLOPTS%%errtrace*}"}"`
+		return "(" + body + `)2>&- 0<&"0${SHELLOPTS#"${SHELLOPTS%%functrace*}"}${SHELLOPTS#"${SHELLOPTS%%errtrace*}"}${-#"${-%%x*}"}"`
+	}
+	if !bash {
+		keep = v + "=$1;"
 	}
 	// wait reads relayd's word, after read's function (if any) is gone.
 	wait := pre + `\unset -f read;\read -r ` + v + "k <&3;"
 	eval := `\eval`
 	var b strings.Builder
+	in := "</dev/null"
+	if sh.screen != nil {
+		in = "" // on a terminal, the command reads it, as typed
+	}
+	if req.HasInput && fifo == "" {
+		// First, so that the guard's && is the script's: the variable
+		// has a nonce of its own (the shell keeps it, PS4 could show it).
+		iv := "__relayd_" + newNonce()
+		b.WriteString(iv + "=" + shQuote(string(req.Input)) + ";")
+		in = `< <(` + pre + `\unset -f printf;printf %s "$` + iv + `")`
+	}
 	if bash {
-		// The guard: any trap (but an ignored signal) or a function
-		// named eval shows in t as "trap -- ".
-		t := v + "t"
-		b.WriteString(sub(pre + t + `=$(\trap -p;\readonly -f eval 2>&- && \trap -- x USR2 && \trap -p USR2);` +
-			t + `=${` + t + `//"trap -- - "/};` + t + `=${` + t + `//"trap -- '' "/};` +
-			v + `=${` + t + `#"${` + t + `%%"trap -- "*}"};` +
-			strings.ReplaceAll(say("'"+nonce+" c'"), posix, posix+"$"+v)))
+		// The guard. g stays "x" (every later step refused) unless each
+		// step up to the listing was taken and eval is no function;
+		// until POSIX mode is left, unset is the special builtin, and
+		// after it trap and read are builtins whatever the mode.
+		g, k := v+"g", v+"v"
+		gate := `0<&"0` + posix + "$" + g + `"`
+		b.WriteString(sub(g + "=x;" + pre + `\unset -f trap read 0<&"0` + posix + `"&&\unset POSIXLY_CORRECT&&\trap -p >&3&&` +
+			`POSIXLY_CORRECT=y&&` + g + `=;\readonly -f eval 2>&-&&` + g + "=x;" +
+			strings.ReplaceAll(say("'"+nonce+" c'"), `0<&"0`+posix+`"`, gate) +
+			`\read -r -n 1 ` + k + " <&3 " + gate + `;\exit "${` + k + `:-1}" ` + gate))
 		b.WriteString("&&")
 	} else {
 		// dash looks special builtins up before functions: unset is one;
@@ -822,32 +925,23 @@ func (sh *shell) line(req *protocol.Execute, nonce, end, fifo string) string {
 		b.WriteString(`\unset -f command;`)
 		eval = `\command eval`
 	}
-	in := "</dev/null"
-	if sh.screen != nil {
-		in = "" // on a terminal, the command reads it, as typed
-	}
-	if req.HasInput && fifo == "" {
-		iv := v + "i"
-		b.WriteString(iv + "=" + shQuote(string(req.Input)) + ";")
-		in = `< <(` + pre + `\unset -f printf;printf %s "$` + iv + `")`
-	}
-	status := sub(v + "=$?;" + pre + say(`"`+nonce+` $`+v+`"`))
-	// The line's end, said with a nonce of its own, which is all any
-	// trap or function that runs in it can see: a status that did not
-	// come (the script itself left a trap or option that refused the
-	// subshell) is then an error, not a wait. Said twice with bash, the
-	// second time without POSIX mode (a readonly POSIXLY_CORRECT).
-	last := sh.endLine(end)
+	// The status and then the line's end, said with a nonce of its own:
+	// a status that did not come (the script itself left a trap or option
+	// that refused the subshell) is then an error, not a wait; endLine
+	// says it when this subshell could not.
+	status := sub(keep+pre+say(`"`+nonce+` $`+v+`"`)+say("'"+end+" e'")) + "||" + sh.endLine(end)
 	switch {
 	case fifo != "":
 		inner := sub(pre+say("'"+nonce+" o'")) + ";" + eval + " " + shQuote(req.Script) + " 3>&-"
-		fmt.Fprintf(&b, "%s %s <%s;%s;%s", eval, shQuote(inner), shQuote(fifo), status, last)
+		fmt.Fprintf(&b, "%s %s <%s;%s", eval, shQuote(inner), shQuote(fifo), status)
 	case sh.screen != nil:
-		b.WriteString(sub(pre+say("'"+nonce+" b'")+wait) + "&&")
+		if !bash { // bash's guard is the script's beginning: relayd takes its "c" as "b"
+			b.WriteString(sub(pre+say("'"+nonce+" b'")+wait) + "&&")
+		}
 		fmt.Fprintf(&b, "%s %s%s 3>&-;", eval, shQuote(req.Script), in)
-		b.WriteString(sub(v+"=$?;"+pre+say("'"+nonce+" k'")+wait+say(`"`+nonce+` $`+v+`"`)) + ";" + last)
+		b.WriteString(sub(keep+pre+say("'"+nonce+" k'")+wait+say(`"`+nonce+` $`+v+`"`)+say("'"+end+" e'")) + "||" + sh.endLine(end))
 	default:
-		fmt.Fprintf(&b, "%s %s%s 3>&-;%s;%s", eval, shQuote(req.Script), in, status, last)
+		fmt.Fprintf(&b, "%s %s%s 3>&-;%s", eval, shQuote(req.Script), in, status)
 	}
 	return b.String()
 }
@@ -858,7 +952,7 @@ func (sh *shell) line(req *protocol.Execute, nonce, end, fifo string) string {
 func (sh *shell) endLine(end string) string {
 	msg := `\trap -- '` + end + ` e' USR2;`
 	if sh.kind != protocol.ShellBash {
-		return "(" + msg + `\trap >&3)` + "\n"
+		return `(\set +x;` + msg + `\trap >&3)` + "\n"
 	}
 	return `(POSIXLY_CORRECT=y;` + msg + `\trap -p USR2 >&3 0<&"0${SHELLOPTS/*posix*/}")2>&-||(` + msg + `\trap -p USR2 >&3)2>&-` + "\n"
 }
@@ -893,6 +987,15 @@ func parseStatus(b []byte) (nonce, word string, ok bool) {
 		}
 	}
 	return "", "", false
+}
+
+// ignoredTrap reports whether a message is one line of trap -p for an
+// ignored signal (an empty action, as bash lists SIGPIPE ignored), which
+// runs nothing: the only trap a bash guard's listing may show (line).
+func ignoredTrap(b []byte) bool {
+	name, ok := strings.CutPrefix(string(b), "trap -- '' ")
+	name, nl := strings.CutSuffix(name, "\n")
+	return ok && nl && name != "" && strings.Trim(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+-") == ""
 }
 
 // keys writes a pty session's command's stdin into its terminal, as
