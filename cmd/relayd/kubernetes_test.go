@@ -719,6 +719,9 @@ func checkPod(t *testing.T, pod any, restricted bool, secret string) {
 		}
 	}
 
+	// Requests small, so that a node holds many trials; limits as they were.
+	checkResources(t, inits, containers)
+
 	// No token on a command line or in the environment: only --token-file
 	// and its path may speak of a token.
 	for _, c := range append(append([]any{}, inits...), containers...) {
@@ -932,5 +935,84 @@ func TestYAMLSubsetRefuses(t *testing.T) {
 	}
 	if got := fmt.Sprint(v); got != "map[a:[map[b:x c:[y]] z] d:e]" {
 		t.Errorf("got %s", got)
+	}
+}
+
+// quantity reads a Kubernetes resource quantity of the forms the manifests
+// use (1, 100m, 256Mi, 2Gi) as thousandths of the unit (millicores,
+// thousandths of a byte), so that cpu and memory compare alike.
+func quantity(t *testing.T, s string) int64 {
+	t.Helper()
+	mult := int64(1000)
+	for _, u := range []struct {
+		suffix string
+		m      int64
+	}{{"Ki", 1000 << 10}, {"Mi", 1000 << 20}, {"Gi", 1000 << 30}, {"m", 1}} {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = n, u.m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		t.Fatalf("resource quantity %q is outside the forms read here", s)
+	}
+	return n * mult
+}
+
+// The most a trial's Pod may request, so that a node of 2 CPUs and 8 GiB
+// schedules at least 20 trials at once (the scheduler counts requests,
+// not use; idle trials wait on the model most of the time).
+const (
+	maxTrialCPU    = "100m"
+	maxTrialMemory = "256Mi"
+	maxTrialDisk   = "256Mi"
+)
+
+// checkResources checks that every container requests cpu and memory no
+// more than its limits, that the task container requests ephemeral
+// storage too, and that the Pod's request (the largest init container's
+// or the containers' sum, whichever is larger) stays within maxTrial*.
+func checkResources(t *testing.T, inits, containers []any) {
+	t.Helper()
+	// An unset request is the limit (Kubernetes defaults it so).
+	req := func(c any, r string) int64 {
+		res := optField(c, "resources")
+		if v := optStr(t, optField(res, "requests"), r); v != "" {
+			return quantity(t, v)
+		}
+		if v := optStr(t, optField(res, "limits"), r); v != "" {
+			return quantity(t, v)
+		}
+		return 0
+	}
+	for _, c := range append(append([]any{}, inits...), containers...) {
+		res := optField(c, "resources")
+		for _, r := range []string{"cpu", "memory", "ephemeral-storage"} {
+			l := optStr(t, optField(res, "limits"), r)
+			if l != "" && req(c, r) > quantity(t, l) {
+				t.Errorf("container %s requests more %s than its limit %s", str(t, c, "name"), r, l)
+			}
+		}
+	}
+	for _, c := range containers {
+		for _, r := range []string{"cpu", "memory", "ephemeral-storage"} {
+			if optStr(t, optField(optField(c, "resources"), "requests"), r) == "" {
+				t.Errorf("container %s requests no %s (a request defaults to the limit: one trial per node)", str(t, c, "name"), r)
+			}
+		}
+	}
+	for r, most := range map[string]string{"cpu": maxTrialCPU, "memory": maxTrialMemory, "ephemeral-storage": maxTrialDisk} {
+		var pod, sum int64
+		for _, c := range inits {
+			pod = max(pod, req(c, r))
+		}
+		for _, c := range containers {
+			sum += req(c, r)
+		}
+		pod = max(pod, sum)
+		if pod > quantity(t, most) {
+			t.Errorf("the Pod requests %d/1000 of %s; want at most %s, so that many trials fit a node", pod, r, most)
+		}
 	}
 }
