@@ -445,14 +445,22 @@ func optField(v any, key string) any {
 
 // checkRelaydArgs parses args with relayd's own flag parser and checks
 // the listen mode that pod.yaml, pod-baseline.yaml and inspect-values.yaml
-// share. It returns the options.
-func checkRelaydArgs(t *testing.T, args []string) options {
+// share, or with connect, the dial-out mode of trial.sh's overlay (relayd
+// dials connect). It returns the options.
+func checkRelaydArgs(t *testing.T, args []string, connect string) options {
 	t.Helper()
 	o, _, err := parseFlags(args, func(string) string { return "" })
 	if err != nil {
 		t.Fatalf("relayd refuses the args %q: %v", args, err)
 	}
-	if o.connect != "" || o.listen != ":7700" {
+	if connect != "" {
+		if o.connect != connect {
+			t.Errorf("--connect %q; want %s (dial-out)", o.connect, connect)
+		}
+		if v, ok := flagValue(args, "listen"); ok {
+			t.Errorf("--listen %q in dial-out mode", v)
+		}
+	} else if o.connect != "" || o.listen != ":7700" {
 		t.Errorf("--connect %q, --listen %q; want listen mode on :7700 (relayd bridge through kubectl exec)", o.connect, o.listen)
 	}
 	if o.socket != defaultOptions().socket {
@@ -510,7 +518,7 @@ func TestKubernetesPodManifest(t *testing.T) {
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			pod := loadYAML(t, tc.file)
-			checkPod(t, pod, tc.restricted, secretName)
+			checkPod(t, pod, tc.restricted, secretName, "")
 			// What differs between trials is the overlay's.
 			if has(field(t, pod, "metadata"), "namespace") {
 				t.Errorf("the base names a namespace; the overlay's namespace: sets it")
@@ -532,8 +540,9 @@ const (
 )
 
 // checkPod checks a Pod of the bases, as it stands or rendered; secret is
-// the name its token's Secret must have.
-func checkPod(t *testing.T, pod any, restricted bool, secret string) {
+// the name its token's Secret must have; connect, when not "", the address
+// relayd dials (trial.sh's MODE=dial-out).
+func checkPod(t *testing.T, pod any, restricted bool, secret, connect string) {
 	t.Helper()
 	if str(t, pod, "apiVersion") != "v1" || str(t, pod, "kind") != "Pod" {
 		t.Fatalf("want apiVersion v1, kind Pod")
@@ -635,7 +644,7 @@ func checkPod(t *testing.T, pod any, restricted bool, secret string) {
 		t.Errorf("the task container's command is %q; want [%s], where the init container put relayd", cmd, want)
 	}
 	args := strs(t, task, "args")
-	o := checkRelaydArgs(t, args)
+	o := checkRelaydArgs(t, args, connect)
 
 	// The token: a file of the Secret's read-only mount, mounted into the
 	// container running relayd and no other.
@@ -701,7 +710,12 @@ func checkPod(t *testing.T, pod any, restricted bool, secret string) {
 		}
 	}
 
-	checkProbe(t, task, o.listen)
+	if connect == "" {
+		checkProbe(t, task, o.listen)
+	} else if has(task, "readinessProbe") || has(task, "ports") {
+		// Nothing listens: a probe of 7700 would never succeed.
+		t.Errorf("the dial-out Pod keeps a readinessProbe or ports; nothing listens there")
+	}
 
 	// SIGTERM: the kubelet waits long enough for relayd's settlement and
 	// what follows (docs/deploy.md: at least --teardown-timeout + 5 s).
@@ -743,8 +757,10 @@ func checkPod(t *testing.T, pod any, restricted bool, secret string) {
 	}
 }
 
-// The dial-out NetworkPolicy: it selects the trial's Pod, refuses every
-// inbound connection, and lets out only the controller's port and DNS.
+// The trials' NetworkPolicy: it selects the trial's Pods; the controller's
+// Pods, named by labels (never by a DNS name: no DNS rule), may reach them
+// on 7700 (dial-in) and they may reach the controller's Pods on 7700
+// (dial-out), nothing else either way.
 func TestKubernetesNetworkPolicy(t *testing.T) {
 	np := loadYAML(t, "networkpolicy.yaml")
 	if str(t, np, "apiVersion") != "networking.k8s.io/v1" || str(t, np, "kind") != "NetworkPolicy" {
@@ -769,43 +785,33 @@ func TestKubernetesNetworkPolicy(t *testing.T) {
 	if types != "Ingress,Egress" && types != "Egress,Ingress" {
 		t.Errorf("policyTypes %s; want Ingress and Egress", types)
 	}
-	if has(spec, "ingress") {
-		t.Errorf("the policy has ingress rules; dial-out needs none")
-	}
-	var dns, controller int
-	for i, r := range list(t, spec, "egress") {
-		// A rule without "to" or without "ports" allows every peer or port.
-		if !has(r, "to") || len(list(t, r, "to")) == 0 || !has(r, "ports") || len(list(t, r, "ports")) == 0 {
-			t.Errorf("egress rule %d lacks to or ports: it would allow every peer or every port", i)
-			continue
+	// Each direction: one rule, the controller's Pods on TCP 7700.
+	for _, dir := range []struct{ key, peers string }{{"ingress", "from"}, {"egress", "to"}} {
+		rules := list(t, spec, dir.key)
+		if len(rules) != 1 {
+			t.Errorf("%d %s rules; want one, the controller's (no DNS: relayd is given an IP)", len(rules), dir.key)
 		}
-		for _, peer := range list(t, r, "to") {
-			if has(peer, "ipBlock") || !has(peer, "namespaceSelector") || !has(peer, "podSelector") ||
-				len(optField(field(t, peer, "namespaceSelector"), "matchLabels").(map[string]any)) == 0 ||
-				len(optField(field(t, peer, "podSelector"), "matchLabels").(map[string]any)) == 0 {
-				t.Errorf("egress rule %d: peer %v; want named Pods of a named namespace", i, peer)
+		for i, r := range rules {
+			// A rule without peers or without ports allows every peer or port.
+			if !has(r, dir.peers) || len(list(t, r, dir.peers)) == 0 || !has(r, "ports") || len(list(t, r, "ports")) == 0 {
+				t.Errorf("%s rule %d lacks %s or ports: it would allow every peer or every port", dir.key, i, dir.peers)
+				continue
+			}
+			for _, peer := range list(t, r, dir.peers) {
+				if has(peer, "ipBlock") || !has(peer, "namespaceSelector") || !has(peer, "podSelector") ||
+					optStr(t, peer, "namespaceSelector", "matchLabels", "kubernetes.io/metadata.name") != "relayd-controller" ||
+					optStr(t, peer, "podSelector", "matchLabels", "app.kubernetes.io/name") != "relayd-controller" {
+					t.Errorf("%s rule %d: peer %v; want the relayd-controller Pods of namespace relayd-controller", dir.key, i, peer)
+				}
+			}
+			var ports []string
+			for _, p := range list(t, r, "ports") {
+				ports = append(ports, optStr(t, p, "protocol")+"/"+optStr(t, p, "port"))
+			}
+			if strings.Join(ports, ",") != "TCP/7700" {
+				t.Errorf("%s rule %d: ports %q; want TCP/7700 alone", dir.key, i, ports)
 			}
 		}
-		var ports []string
-		for _, p := range list(t, r, "ports") {
-			ports = append(ports, optStr(t, p, "protocol")+"/"+optStr(t, p, "port"))
-		}
-		sort.Strings(ports)
-		ns := optStr(t, list(t, r, "to")[0], "namespaceSelector", "matchLabels", "kubernetes.io/metadata.name")
-		switch strings.Join(ports, ",") {
-		case "TCP/53,UDP/53":
-			if ns != "kube-system" {
-				t.Errorf("egress rule %d: DNS in namespace %q; want kube-system", i, ns)
-			}
-			dns++
-		case "TCP/7700":
-			controller++
-		default:
-			t.Errorf("egress rule %d: ports %q; want the controller's TCP/7700 or DNS", i, ports)
-		}
-	}
-	if dns != 1 || controller != 1 {
-		t.Errorf("%d DNS and %d controller egress rules; want one each", dns, controller)
 	}
 }
 
@@ -844,7 +850,7 @@ func TestKubernetesInspectValues(t *testing.T) {
 	if cmd := strs(t, svc, "command"); len(cmd) != 1 || cmd[0] != dest {
 		t.Errorf("command %q; want [%s], where Dockerfile.task puts relayd", cmd, dest)
 	}
-	o := checkRelaydArgs(t, strs(t, svc, "args"))
+	o := checkRelaydArgs(t, strs(t, svc, "args"), "")
 
 	var tokenVol string
 	for _, v := range list(t, svc, "volumes") {
@@ -901,7 +907,7 @@ func TestKubernetesNoPlaceholders(t *testing.T) {
 			}
 		}
 	}
-	for _, f := range []string{"restricted/pod.yaml", "baseline/pod.yaml", "restricted/kustomization.yaml", "baseline/kustomization.yaml", "networkpolicy.yaml", "inspect-values.yaml"} {
+	for _, f := range []string{"restricted/pod.yaml", "baseline/pod.yaml", "restricted/kustomization.yaml", "baseline/kustomization.yaml", "networkpolicy.yaml", "inspect-values.yaml", "dial-in/kustomization.yaml", "dial-in/service.yaml"} {
 		walk(f, loadYAML(t, f))
 	}
 }
