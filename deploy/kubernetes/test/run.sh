@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# run.sh: make k8s-test. Brings the single-node cluster of cluster.sh up,
+# loads relayd's images into it, applies trial.sh's overlays of both bases
+# (restricted and baseline, each in a namespace that enforces its Pod
+# Security level), waits for the Pods to be Ready, runs one execution
+# through `kubectl exec -i ... /opt/relayd/relayd bridge`, and takes
+# everything down on any exit, then checks nothing is left.
+#
+# Root, Docker (relayd's images are built with it, under
+# /tmp/relayd-docker.lock, and their tags removed again). Times on stderr.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../../.." && pwd)
+cluster=$here/cluster.sh
+CACHE=${CACHE:-$HOME/.cache/relayd-k8s}
+STATE=${STATE:-/var/tmp/relayd-k8s}
+export CACHE STATE
+tag=k8s-test-$$
+RELAYD_IMAGE=relayd:$tag
+INIT_IMAGE=relayd-init:$tag
+TASK_IMAGE=relayd-k8s-task:$tag
+work=$(mktemp -d /tmp/relayd-k8s-test.XXXXXX)
+fails=0
+
+log() { echo "run.sh: $*" >&2; }
+now() { date +%s.%N; }
+since() { awk "BEGIN {printf \"%.1f\", $(now) - $1}"; }
+
+cleanup() {
+	local rc=$?
+	"$cluster" down || rc=1
+	rm -rf "$work"
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+t0=$(now)
+"$cluster" up
+log "cluster up in $(since "$t0") s"
+eval "export $("$cluster" env)"
+kubectl() { "$CACHE/bin/kubectl" "$@"; }
+
+# The images: relayd's, the init image (make k8s-image), and a task image
+# of busybox (static, Debian's busybox-static) with user 1000 and /app.
+t1=$(now)
+ctx=$work/task
+mkdir -p "$ctx/rootfs/bin" "$ctx/rootfs/etc" "$ctx/rootfs/tmp" "$ctx/app"
+cp "$CACHE/root/bin/busybox" "$ctx/rootfs/bin/busybox"
+for c in sh echo cat ls sleep id env true false printf mkdir rm; do ln -s busybox "$ctx/rootfs/bin/$c"; done
+printf 'root:x:0:0:root:/root:/bin/sh\nagent:x:1000:1000:agent:/app:/bin/sh\n' >"$ctx/rootfs/etc/passwd"
+printf 'root:x:0:\nagent:x:1000:\n' >"$ctx/rootfs/etc/group"
+chmod 1777 "$ctx/rootfs/tmp"
+printf 'FROM scratch\nCOPY rootfs/ /\nCOPY --chown=1000:1000 app /app\nENV PATH=/bin\n' >"$ctx/Dockerfile"
+flock /tmp/relayd-docker.lock sh -c '
+	set -e
+	trap "docker rmi $1 $2 $3 >/dev/null 2>&1 || true" EXIT
+	make --no-print-directory -C "$4" k8s-image IMAGE="$1" INIT_IMAGE="$2" >&2
+	docker build --quiet -t "$3" "$5" >/dev/null
+	docker save "$1" "$2" "$3" >"$6"' sh "$RELAYD_IMAGE" "$INIT_IMAGE" "$TASK_IMAGE" "$repo" "$ctx" "$work/images.tar"
+"$CACHE/root/usr/bin/ctr" --address "$STATE/containerd/containerd.sock" -n k8s.io images import "$work/images.tar" >/dev/null
+rm -f "$work/images.tar"
+log "images built and loaded in $(since "$t1") s"
+
+# One trial per base, each in a namespace enforcing its level.
+for level in restricted baseline; do
+	ns=relayd-$level
+	t2=$(now)
+	kubectl create namespace "$ns" >/dev/null
+	kubectl label namespace "$ns" relayd-k8s-test=1 "pod-security.kubernetes.io/enforce=$level" >/dev/null
+	# Admission wants the namespace's default ServiceAccount first.
+	for _ in $(seq 100); do kubectl get serviceaccount default -n "$ns" >/dev/null 2>&1 && break; sleep 0.2; done
+	token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+	(umask 077 && printf '%s' "$token" >"$work/$level.token")
+	TRIAL=t1 NAMESPACE=$ns TASK_IMAGE=docker.io/library/$TASK_IMAGE INIT_IMAGE=docker.io/library/$INIT_IMAGE \
+		TOKEN_FILE=$work/$level.token POD_SECURITY=$level "$repo/deploy/kubernetes/trial.sh" "$work/$level"
+	kubectl apply -k "$work/$level" >/dev/null
+	if ! kubectl wait -n "$ns" --for=condition=Ready pod/t1-relayd-trial --timeout=120s >/dev/null; then
+		log "FAIL $level: the Pod is not Ready"
+		kubectl describe pod -n "$ns" t1-relayd-trial >&2 || true
+		fails=$((fails + 1))
+		continue
+	fi
+	log "$level: Ready $(since "$t2") s after apply"
+	t3=$(now)
+	out=$({
+		printf '{"token":"%s","kind":"ready"}\n' "$token"
+		printf '{"token":"%s","kind":"execute","id":1,"command":"sh","args":["-c","echo hello from %s; id -u"]}\n' "$token" "$level"
+		sleep 2
+		printf '{"token":"%s","kind":"verify","id":2}\n' "$token"
+	} | kubectl exec -i -n "$ns" t1-relayd-trial -c task -- /opt/relayd/relayd bridge 2>&1) || true
+	want_uid=1000
+	if echo "$out" | grep -q '"kind":"executed","id":1,"termination":"exited","exitCode":0,"stdout":"hello from '"$level"'\\n'"$want_uid"'\\n"' &&
+		echo "$out" | grep -q '"kind":"verified","id":2,"quiescent":true'; then
+		log "$level: ready, execute and verify through kubectl exec bridge in $(since "$t3") s"
+	else
+		log "FAIL $level: the bridge session said:"
+		echo "$out" >&2
+		fails=$((fails + 1))
+	fi
+	t4=$(now)
+	kubectl delete -k "$work/$level" --wait=true --timeout=60s >/dev/null
+	log "$level: deleted in $(since "$t4") s"
+done
+
+if [ "$fails" -ne 0 ]; then
+	log "FAIL: $fails"
+	exit 1
+fi
+log "PASS in $(since "$t0") s"
