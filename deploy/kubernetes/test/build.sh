@@ -98,7 +98,7 @@ if [ ! -f "$unpacked" ]; then
 	touch "$unpacked"
 fi
 for f in bin/kube-apiserver bin/kubelet bin/kubectl bin/pause root/usr/bin/etcd root/usr/bin/containerd \
-	root/usr/bin/containerd-shim-runc-v2 root/usr/sbin/runc root/usr/lib/cni/bridge root/usr/lib/cni/firewall root/bin/busybox; do
+	root/usr/bin/containerd-shim-runc-v2 root/usr/bin/runc root/usr/lib/cni/bridge root/usr/lib/cni/firewall root/bin/busybox; do
 	[ -x "$CACHE/$f" ] || { log "missing $CACHE/$f"; exit 1; }
 done
 log "ready in $CACHE"

@@ -140,7 +140,8 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        BinaryName = "$(deb usr/sbin/runc)"
+        BinaryName = "$(deb usr/bin/runc)"
+        Root = "$STATE/runc"
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$(deb usr/lib/cni)"
@@ -258,6 +259,10 @@ up() {
 	mkdir -p "$LEDGER"
 	: >"$LEDGER/absent"
 	for p in $FIXED_PATHS; do [ -e "$p" ] || echo "$p" >>"$LEDGER/absent"; done
+	# containerd 1.6 puts every shim's socket in /run/containerd/s, Docker's
+	# too: down removes the new ones nothing listens on any more.
+	ls /run/containerd/s 2>/dev/null >"$LEDGER/shim-sockets" || true
+	[ -e /run/containerd ] || : >"$LEDGER/run-containerd-absent"
 	mkdir -p "$STATE"/{log,pids,pod-logs,volume-plugins,kubelet,kubelet-pki}
 	# Shared, so that what the kubelet mounts in its namespace reaches the host's.
 	mount --bind "$STATE" "$STATE"
@@ -304,16 +309,12 @@ up() {
 # (the components, containerd's shims) or whose command line names STATE.
 # Not a build writing into CACHE (go's binary is not CACHE's), nor this script.
 our_pids() {
-	local pid exe cmd
-	for d in /proc/[0-9]*; do
-		pid=${d#/proc/}
-		[ "$pid" != $$ ] && [ "$pid" != "$BASHPID" ] || continue
-		exe=$(readlink "$d/exe" 2>/dev/null) || continue
-		case $exe in "$CACHE"/bin/* | "$CACHE"/root/*) echo "$pid"; continue ;; esac
-		case $exe in */bash | */sh | */dash) continue ;; esac
-		cmd=$(tr '\0' ' ' <"$d/cmdline" 2>/dev/null) || continue
-		case $cmd in *"$STATE"/*) echo "$pid" ;; esac
-	done
+	{
+		find /proc -mindepth 2 -maxdepth 2 -name exe \( -lname "$CACHE/bin/*" -o -lname "$CACHE/root/*" \) -printf '%h\n' 2>/dev/null
+		grep -l -a -F -- "$STATE/" /proc/[0-9]*/cmdline 2>/dev/null | while read -r f; do
+			case $(readlink "${f%/cmdline}/exe" 2>/dev/null) in */bash | */sh | */dash | "") ;; *) echo "${f%/cmdline}" ;; esac
+		done
+	} | sed 's|^/proc/||' | grep -vx -e "$$" -e "$BASHPID" | sort -u || true
 }
 
 # Processes in the kubepods cgroups: the containers'.
@@ -340,7 +341,7 @@ ipt_sweep() { # remove every KUBE-* and CNI-* chain and the rules that jump to t
 	for ipt in iptables ip6tables; do
 		for table in filter nat mangle raw; do
 			"$ipt" -t "$table" -S 2>/dev/null | grep -E '^-A [A-Z-]+ .*-j (KUBE|CNI)-' | grep -vE '^-A (KUBE|CNI)-' |
-				while read -r _ rest; do eval "\"\$ipt\" -t \"\$table\" -D $rest" 2>/dev/null || true; done
+				while read -r _ rest; do eval "\"\$ipt\" -t \"\$table\" -D $rest" 2>/dev/null || true; done || true
 			for chain in $("$ipt" -t "$table" -S 2>/dev/null | sed -n 's/^-N \(\(KUBE\|CNI\)-[^ ]*\).*/\1/p'); do
 				"$ipt" -t "$table" -F "$chain" 2>/dev/null || true
 			done
@@ -381,6 +382,13 @@ down() {
 	done
 	while awk -v s="$STATE" '$5 == s {f=1} END {exit !f}' /proc/self/mountinfo; do umount -l "$STATE" || break; done
 	ip link del "$BRIDGE" 2>/dev/null || true
+	for s in $(dead_shim_sockets); do rm -f "/run/containerd/s/$s"; done
+	rm -f "$LEDGER/shim-sockets"
+	# Made by our containerd; kept while another's shims live in it.
+	if [ -f "$LEDGER/run-containerd-absent" ]; then
+		rmdir /run/containerd/s /run/containerd 2>/dev/null || true
+		[ -e /run/containerd ] || rm -f "$LEDGER/run-containerd-absent"
+	fi
 	ipt_sweep
 	# The kubepods cgroups, deepest first.
 	for c in "$CGROUP_ROOT"/*/kubepods; do
@@ -393,6 +401,15 @@ down() {
 	rm -rf -- "$STATE"
 	log "down in $(awk "BEGIN {printf \"%.1f\", $(date +%s.%N) - $t0}") s"
 	check
+}
+
+# dead_shim_sockets: the sockets of /run/containerd/s made since up that
+# no process listens on.
+dead_shim_sockets() {
+	[ -f "$LEDGER/shim-sockets" ] && [ -d /run/containerd/s ] || return 0
+	local live
+	live=$(ss -xlnH 2>/dev/null | awk '{print $5}' | sed -n 's|^/run/containerd/s/||p')
+	ls /run/containerd/s | grep -vxF -f "$LEDGER/shim-sockets" | grep -vxF -e "${live:-/}" || true
 }
 
 # leftovers prints what a cluster left, one line each; false when nothing.
@@ -409,6 +426,10 @@ leftovers() {
 		done
 	done
 	ip link show "$BRIDGE" >/dev/null 2>&1 && { echo "link $BRIDGE"; found=0; }
+	for s in $(dead_shim_sockets); do echo "/run/containerd/s/$s (a dead shim's)"; found=0; done
+	if [ -f "$LEDGER/run-containerd-absent" ] && [ -e /run/containerd ] && ! ss -xlnH | grep -q ' /run/containerd/'; then
+		echo "/run/containerd (absent before up)"; found=0
+	fi
 	for c in "$CGROUP_ROOT"/*/kubepods; do [ -d "$c" ] && { echo "cgroup $c"; found=0; }; done
 	[ -e "$STATE" ] && { echo "$STATE"; found=0; }
 	if [ -f "$LEDGER/absent" ]; then
