@@ -178,7 +178,7 @@ container-test: image task-image
 
 ## k8s-test: a single-node Kubernetes v1.34.2 cluster built here from the Go module proxy and Debian's packages
 ## (deploy/kubernetes/test/cluster.sh; binaries cached in ~/.cache/relayd-k8s), relayd's Pods applied as trial.sh
-## writes them and driven through kubectl exec, then everything torn down and checked gone. Root and Docker.
+## writes them and driven through kubectl exec, then everything torn down and checked gone. Root; no Docker.
 .PHONY: k8s-test
 k8s-test:
 	deploy/kubernetes/test/run.sh

@@ -165,20 +165,14 @@ EOF
 EOF
 }
 
-# The pause image: its static binary (build.sh) alone, FROM scratch, into
-# our containerd; the Docker tag made for the export is removed again.
+# The pause image: its static binary (build.sh) alone, FROM nothing, made
+# without Docker (mkimage.sh) and imported into our containerd.
 pause_image() {
-	local ctx=$STATE/pause-ctx tag=relayd-k8s-pause:$$
-	mkdir -p "$ctx"
-	cp "$(bin pause)" "$ctx/pause"
-	printf 'FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n' >"$ctx/Dockerfile"
-	flock /tmp/relayd-docker.lock sh -c '
-		docker build --quiet -t "$1" "$2" >/dev/null &&
-		docker save "$1" >"$2/image.tar"; rc=$?
-		docker rmi "$1" >/dev/null 2>&1; exit $rc' sh "$tag" "$ctx"
+	local ctx=$STATE/pause-ctx
+	mkdir -p "$ctx/rootfs"
+	cp "$(bin pause)" "$ctx/rootfs/pause"
+	"$here/mkimage.sh" "$PAUSE_IMAGE" "$ctx/rootfs" "$ctx/image.tar" '{"Entrypoint":["/pause"],"User":"65535:65535"}'
 	ctr_ images import "$ctx/image.tar" >/dev/null
-	ctr_ images tag "docker.io/library/$tag" "$PAUSE_IMAGE" >/dev/null
-	ctr_ images rm "docker.io/library/$tag" >/dev/null
 	rm -rf "$ctx"
 }
 
@@ -386,7 +380,7 @@ down() {
 	rm -f "$LEDGER/shim-sockets"
 	# Made by our containerd; kept while another's shims live in it.
 	if [ -f "$LEDGER/run-containerd-absent" ]; then
-		rmdir /run/containerd/s /run/containerd 2>/dev/null || true
+		rmdir /run/containerd/runc/k8s.io /run/containerd/runc /run/containerd/fifo /run/containerd/s /run/containerd 2>/dev/null || true
 		[ -e /run/containerd ] || rm -f "$LEDGER/run-containerd-absent"
 	fi
 	ipt_sweep

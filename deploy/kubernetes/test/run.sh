@@ -6,8 +6,7 @@
 # through `kubectl exec -i ... /opt/relayd/relayd bridge`, and takes
 # everything down on any exit, then checks nothing is left.
 #
-# Root, Docker (relayd's images are built with it, under
-# /tmp/relayd-docker.lock, and their tags removed again). Times on stderr.
+# Root; no Docker (the images are made by mkimage.sh). Times on stderr.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../.." && pwd)
@@ -16,9 +15,8 @@ CACHE=${CACHE:-$HOME/.cache/relayd-k8s}
 STATE=${STATE:-/var/tmp/relayd-k8s}
 export CACHE STATE
 tag=k8s-test-$$
-RELAYD_IMAGE=relayd:$tag
-INIT_IMAGE=relayd-init:$tag
-TASK_IMAGE=relayd-k8s-task:$tag
+INIT_IMAGE=relayd.local/relayd-init:$tag
+TASK_IMAGE=relayd.local/relayd-k8s-task:$tag
 work=$(mktemp -d /tmp/relayd-k8s-test.XXXXXX)
 fails=0
 
@@ -41,26 +39,27 @@ log "cluster up in $(since "$t0") s"
 eval "export $("$cluster" env)"
 kubectl() { "$CACHE/bin/kubectl" "$@"; }
 
-# The images: relayd's, the init image (make k8s-image), and a task image
-# of busybox (static, Debian's busybox-static) with user 1000 and /app.
+# The images, made without Docker (mkimage.sh): the init image as make
+# k8s-image makes it (relayd at /relayd, FROM nothing) from make build's
+# binary, and a task image of busybox (static, Debian's busybox-static)
+# with user 1000 and /app, 1000's.
 t1=$(now)
+make --no-print-directory -C "$repo" build >&2
+mkdir -p "$work/init" && cp "$repo/bin/relayd" "$work/init/relayd"
+"$here/mkimage.sh" "$INIT_IMAGE" "$work/init" "$work/init.tar" '{"Entrypoint":["/relayd","install"],"Cmd":["/opt/relayd/relayd"]}'
 ctx=$work/task
-mkdir -p "$ctx/rootfs/bin" "$ctx/rootfs/etc" "$ctx/rootfs/tmp" "$ctx/app"
-cp "$CACHE/root/bin/busybox" "$ctx/rootfs/bin/busybox"
-for c in sh echo cat ls sleep id env true false printf mkdir rm; do ln -s busybox "$ctx/rootfs/bin/$c"; done
-printf 'root:x:0:0:root:/root:/bin/sh\nagent:x:1000:1000:agent:/app:/bin/sh\n' >"$ctx/rootfs/etc/passwd"
-printf 'root:x:0:\nagent:x:1000:\n' >"$ctx/rootfs/etc/group"
-chmod 1777 "$ctx/rootfs/tmp"
-printf 'FROM scratch\nCOPY rootfs/ /\nCOPY --chown=1000:1000 app /app\nENV PATH=/bin\n' >"$ctx/Dockerfile"
-flock /tmp/relayd-docker.lock sh -c '
-	set -e
-	trap "docker rmi $1 $2 $3 >/dev/null 2>&1 || true" EXIT
-	make --no-print-directory -C "$4" k8s-image IMAGE="$1" INIT_IMAGE="$2" >&2
-	docker build --quiet -t "$3" "$5" >/dev/null
-	docker save "$1" "$2" "$3" >"$6"' sh "$RELAYD_IMAGE" "$INIT_IMAGE" "$TASK_IMAGE" "$repo" "$ctx" "$work/images.tar"
-"$CACHE/root/usr/bin/ctr" --address "$STATE/containerd/containerd.sock" -n k8s.io images import "$work/images.tar" >/dev/null
-rm -f "$work/images.tar"
-log "images built and loaded in $(since "$t1") s"
+mkdir -p "$ctx/bin" "$ctx/etc" "$ctx/tmp" "$ctx/app"
+cp "$CACHE/root/bin/busybox" "$ctx/bin/busybox"
+for c in sh echo cat ls sleep id env true false printf mkdir rm; do ln -s busybox "$ctx/bin/$c"; done
+printf 'root:x:0:0:root:/root:/bin/sh\nagent:x:1000:1000:agent:/app:/bin/sh\n' >"$ctx/etc/passwd"
+printf 'root:x:0:\nagent:x:1000:\n' >"$ctx/etc/group"
+chmod 1777 "$ctx/tmp"
+chown 1000:1000 "$ctx/app"
+"$here/mkimage.sh" "$TASK_IMAGE" "$ctx" "$work/task.tar" '{"Env":["PATH=/bin"]}'
+for i in init task; do
+	"$CACHE/root/usr/bin/ctr" --address "$STATE/containerd/containerd.sock" -n k8s.io images import "$work/$i.tar" >/dev/null
+done
+log "images made and loaded in $(since "$t1") s"
 
 # One trial per base, each in a namespace enforcing its level.
 for level in restricted baseline; do
@@ -72,7 +71,7 @@ for level in restricted baseline; do
 	for _ in $(seq 100); do kubectl get serviceaccount default -n "$ns" >/dev/null 2>&1 && break; sleep 0.2; done
 	token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 	(umask 077 && printf '%s' "$token" >"$work/$level.token")
-	TRIAL=t1 NAMESPACE=$ns TASK_IMAGE=docker.io/library/$TASK_IMAGE INIT_IMAGE=docker.io/library/$INIT_IMAGE \
+	TRIAL=t1 NAMESPACE=$ns TASK_IMAGE=$TASK_IMAGE INIT_IMAGE=$INIT_IMAGE \
 		TOKEN_FILE=$work/$level.token POD_SECURITY=$level "$repo/deploy/kubernetes/trial.sh" "$work/$level"
 	kubectl apply -k "$work/$level" >/dev/null
 	if ! kubectl wait -n "$ns" --for=condition=Ready pod/t1-relayd-trial --timeout=120s >/dev/null; then
