@@ -1,4 +1,4 @@
-# relayd: make build | dist | run | test | pytest | pytest-venv | pytypes | chaos | fuzz | lint | conformance | bench | image | k8s-image | container-test | clean
+# relayd: make build | dist | run | test | pytest | pytest-venv | pytypes | chaos | fuzz | lint | conformance | bench | image | k8s-image | container-test | k8s-test | clean
 GO        ?= go
 VERSION   ?= 0.1.0
 COMMIT    := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -175,6 +175,13 @@ task-image:
 ## container-test: the tests under a real Docker engine (e2e/docker*_test.go, build tag docker; compose is docker-compose, else docker compose)
 container-test: image task-image
 	RELAYD_IMAGE=$(IMAGE) RELAYD_TASK_IMAGE=$(TASK_IMAGE) $(GO) test $(RACE) -tags docker -count=1 -run '^TestDocker' -v -timeout 20m ./e2e/
+
+## k8s-test: a single-node Kubernetes v1.34.2 cluster built here from the Go module proxy and Debian's packages
+## (deploy/kubernetes/test/cluster.sh; binaries cached in ~/.cache/relayd-k8s), relayd's Pods applied as trial.sh
+## writes them and driven through kubectl exec, then everything torn down and checked gone. Root; no Docker.
+.PHONY: k8s-test
+k8s-test:
+	deploy/kubernetes/test/run.sh
 
 clean:
 	rm -rf bin dist $(RUNDIR)

@@ -445,14 +445,22 @@ func optField(v any, key string) any {
 
 // checkRelaydArgs parses args with relayd's own flag parser and checks
 // the listen mode that pod.yaml, pod-baseline.yaml and inspect-values.yaml
-// share. It returns the options.
-func checkRelaydArgs(t *testing.T, args []string) options {
+// share, or with connect, the dial-out mode of trial.sh's overlay (relayd
+// dials connect). It returns the options.
+func checkRelaydArgs(t *testing.T, args []string, connect string) options {
 	t.Helper()
 	o, _, err := parseFlags(args, func(string) string { return "" })
 	if err != nil {
 		t.Fatalf("relayd refuses the args %q: %v", args, err)
 	}
-	if o.connect != "" || o.listen != ":7700" {
+	if connect != "" {
+		if o.connect != connect {
+			t.Errorf("--connect %q; want %s (dial-out)", o.connect, connect)
+		}
+		if v, ok := flagValue(args, "listen"); ok {
+			t.Errorf("--listen %q in dial-out mode", v)
+		}
+	} else if o.connect != "" || o.listen != ":7700" {
 		t.Errorf("--connect %q, --listen %q; want listen mode on :7700 (relayd bridge through kubectl exec)", o.connect, o.listen)
 	}
 	if o.socket != defaultOptions().socket {
@@ -510,7 +518,7 @@ func TestKubernetesPodManifest(t *testing.T) {
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			pod := loadYAML(t, tc.file)
-			checkPod(t, pod, tc.restricted, secretName)
+			checkPod(t, pod, tc.restricted, secretName, "")
 			// What differs between trials is the overlay's.
 			if has(field(t, pod, "metadata"), "namespace") {
 				t.Errorf("the base names a namespace; the overlay's namespace: sets it")
@@ -532,8 +540,9 @@ const (
 )
 
 // checkPod checks a Pod of the bases, as it stands or rendered; secret is
-// the name its token's Secret must have.
-func checkPod(t *testing.T, pod any, restricted bool, secret string) {
+// the name its token's Secret must have; connect, when not "", the address
+// relayd dials (trial.sh's MODE=dial-out).
+func checkPod(t *testing.T, pod any, restricted bool, secret, connect string) {
 	t.Helper()
 	if str(t, pod, "apiVersion") != "v1" || str(t, pod, "kind") != "Pod" {
 		t.Fatalf("want apiVersion v1, kind Pod")
@@ -635,7 +644,7 @@ func checkPod(t *testing.T, pod any, restricted bool, secret string) {
 		t.Errorf("the task container's command is %q; want [%s], where the init container put relayd", cmd, want)
 	}
 	args := strs(t, task, "args")
-	o := checkRelaydArgs(t, args)
+	o := checkRelaydArgs(t, args, connect)
 
 	// The token: a file of the Secret's read-only mount, mounted into the
 	// container running relayd and no other.
@@ -701,7 +710,12 @@ func checkPod(t *testing.T, pod any, restricted bool, secret string) {
 		}
 	}
 
-	checkProbe(t, task, o.listen)
+	if connect == "" {
+		checkProbe(t, task, o.listen)
+	} else if has(task, "readinessProbe") || has(task, "ports") {
+		// Nothing listens: a probe of 7700 would never succeed.
+		t.Errorf("the dial-out Pod keeps a readinessProbe or ports; nothing listens there")
+	}
 
 	// SIGTERM: the kubelet waits long enough for relayd's settlement and
 	// what follows (docs/deploy.md: at least --teardown-timeout + 5 s).
@@ -718,6 +732,9 @@ func checkPod(t *testing.T, pod any, restricted bool, secret string) {
 			}
 		}
 	}
+
+	// Requests small, so that a node holds many trials; limits as they were.
+	checkResources(t, inits, containers)
 
 	// No token on a command line or in the environment: only --token-file
 	// and its path may speak of a token.
@@ -740,8 +757,10 @@ func checkPod(t *testing.T, pod any, restricted bool, secret string) {
 	}
 }
 
-// The dial-out NetworkPolicy: it selects the trial's Pod, refuses every
-// inbound connection, and lets out only the controller's port and DNS.
+// The trials' NetworkPolicy: it selects the trial's Pods; the controller's
+// Pods, named by labels (never by a DNS name: no DNS rule), may reach them
+// on 7700 (dial-in) and they may reach the controller's Pods on 7700
+// (dial-out), nothing else either way.
 func TestKubernetesNetworkPolicy(t *testing.T) {
 	np := loadYAML(t, "networkpolicy.yaml")
 	if str(t, np, "apiVersion") != "networking.k8s.io/v1" || str(t, np, "kind") != "NetworkPolicy" {
@@ -766,43 +785,33 @@ func TestKubernetesNetworkPolicy(t *testing.T) {
 	if types != "Ingress,Egress" && types != "Egress,Ingress" {
 		t.Errorf("policyTypes %s; want Ingress and Egress", types)
 	}
-	if has(spec, "ingress") {
-		t.Errorf("the policy has ingress rules; dial-out needs none")
-	}
-	var dns, controller int
-	for i, r := range list(t, spec, "egress") {
-		// A rule without "to" or without "ports" allows every peer or port.
-		if !has(r, "to") || len(list(t, r, "to")) == 0 || !has(r, "ports") || len(list(t, r, "ports")) == 0 {
-			t.Errorf("egress rule %d lacks to or ports: it would allow every peer or every port", i)
-			continue
+	// Each direction: one rule, the controller's Pods on TCP 7700.
+	for _, dir := range []struct{ key, peers string }{{"ingress", "from"}, {"egress", "to"}} {
+		rules := list(t, spec, dir.key)
+		if len(rules) != 1 {
+			t.Errorf("%d %s rules; want one, the controller's (no DNS: relayd is given an IP)", len(rules), dir.key)
 		}
-		for _, peer := range list(t, r, "to") {
-			if has(peer, "ipBlock") || !has(peer, "namespaceSelector") || !has(peer, "podSelector") ||
-				len(optField(field(t, peer, "namespaceSelector"), "matchLabels").(map[string]any)) == 0 ||
-				len(optField(field(t, peer, "podSelector"), "matchLabels").(map[string]any)) == 0 {
-				t.Errorf("egress rule %d: peer %v; want named Pods of a named namespace", i, peer)
+		for i, r := range rules {
+			// A rule without peers or without ports allows every peer or port.
+			if !has(r, dir.peers) || len(list(t, r, dir.peers)) == 0 || !has(r, "ports") || len(list(t, r, "ports")) == 0 {
+				t.Errorf("%s rule %d lacks %s or ports: it would allow every peer or every port", dir.key, i, dir.peers)
+				continue
+			}
+			for _, peer := range list(t, r, dir.peers) {
+				if has(peer, "ipBlock") || !has(peer, "namespaceSelector") || !has(peer, "podSelector") ||
+					optStr(t, peer, "namespaceSelector", "matchLabels", "kubernetes.io/metadata.name") != "relayd-controller" ||
+					optStr(t, peer, "podSelector", "matchLabels", "app.kubernetes.io/name") != "relayd-controller" {
+					t.Errorf("%s rule %d: peer %v; want the relayd-controller Pods of namespace relayd-controller", dir.key, i, peer)
+				}
+			}
+			var ports []string
+			for _, p := range list(t, r, "ports") {
+				ports = append(ports, optStr(t, p, "protocol")+"/"+optStr(t, p, "port"))
+			}
+			if strings.Join(ports, ",") != "TCP/7700" {
+				t.Errorf("%s rule %d: ports %q; want TCP/7700 alone", dir.key, i, ports)
 			}
 		}
-		var ports []string
-		for _, p := range list(t, r, "ports") {
-			ports = append(ports, optStr(t, p, "protocol")+"/"+optStr(t, p, "port"))
-		}
-		sort.Strings(ports)
-		ns := optStr(t, list(t, r, "to")[0], "namespaceSelector", "matchLabels", "kubernetes.io/metadata.name")
-		switch strings.Join(ports, ",") {
-		case "TCP/53,UDP/53":
-			if ns != "kube-system" {
-				t.Errorf("egress rule %d: DNS in namespace %q; want kube-system", i, ns)
-			}
-			dns++
-		case "TCP/7700":
-			controller++
-		default:
-			t.Errorf("egress rule %d: ports %q; want the controller's TCP/7700 or DNS", i, ports)
-		}
-	}
-	if dns != 1 || controller != 1 {
-		t.Errorf("%d DNS and %d controller egress rules; want one each", dns, controller)
 	}
 }
 
@@ -841,7 +850,7 @@ func TestKubernetesInspectValues(t *testing.T) {
 	if cmd := strs(t, svc, "command"); len(cmd) != 1 || cmd[0] != dest {
 		t.Errorf("command %q; want [%s], where Dockerfile.task puts relayd", cmd, dest)
 	}
-	o := checkRelaydArgs(t, strs(t, svc, "args"))
+	o := checkRelaydArgs(t, strs(t, svc, "args"), "")
 
 	var tokenVol string
 	for _, v := range list(t, svc, "volumes") {
@@ -898,7 +907,7 @@ func TestKubernetesNoPlaceholders(t *testing.T) {
 			}
 		}
 	}
-	for _, f := range []string{"restricted/pod.yaml", "baseline/pod.yaml", "restricted/kustomization.yaml", "baseline/kustomization.yaml", "networkpolicy.yaml", "inspect-values.yaml"} {
+	for _, f := range []string{"restricted/pod.yaml", "baseline/pod.yaml", "restricted/kustomization.yaml", "baseline/kustomization.yaml", "networkpolicy.yaml", "inspect-values.yaml", "dial-in/kustomization.yaml", "dial-in/service.yaml"} {
 		walk(f, loadYAML(t, f))
 	}
 }
@@ -932,5 +941,84 @@ func TestYAMLSubsetRefuses(t *testing.T) {
 	}
 	if got := fmt.Sprint(v); got != "map[a:[map[b:x c:[y]] z] d:e]" {
 		t.Errorf("got %s", got)
+	}
+}
+
+// quantity reads a Kubernetes resource quantity of the forms the manifests
+// use (1, 100m, 256Mi, 2Gi) as thousandths of the unit (millicores,
+// thousandths of a byte), so that cpu and memory compare alike.
+func quantity(t *testing.T, s string) int64 {
+	t.Helper()
+	mult := int64(1000)
+	for _, u := range []struct {
+		suffix string
+		m      int64
+	}{{"Ki", 1000 << 10}, {"Mi", 1000 << 20}, {"Gi", 1000 << 30}, {"m", 1}} {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = n, u.m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		t.Fatalf("resource quantity %q is outside the forms read here", s)
+	}
+	return n * mult
+}
+
+// The most a trial's Pod may request, so that a node of 2 CPUs and 8 GiB
+// schedules at least 20 trials at once (the scheduler counts requests,
+// not use; idle trials wait on the model most of the time).
+const (
+	maxTrialCPU    = "100m"
+	maxTrialMemory = "256Mi"
+	maxTrialDisk   = "256Mi"
+)
+
+// checkResources checks that every container requests cpu and memory no
+// more than its limits, that the task container requests ephemeral
+// storage too, and that the Pod's request (the largest init container's
+// or the containers' sum, whichever is larger) stays within maxTrial*.
+func checkResources(t *testing.T, inits, containers []any) {
+	t.Helper()
+	// An unset request is the limit (Kubernetes defaults it so).
+	req := func(c any, r string) int64 {
+		res := optField(c, "resources")
+		if v := optStr(t, optField(res, "requests"), r); v != "" {
+			return quantity(t, v)
+		}
+		if v := optStr(t, optField(res, "limits"), r); v != "" {
+			return quantity(t, v)
+		}
+		return 0
+	}
+	for _, c := range append(append([]any{}, inits...), containers...) {
+		res := optField(c, "resources")
+		for _, r := range []string{"cpu", "memory", "ephemeral-storage"} {
+			l := optStr(t, optField(res, "limits"), r)
+			if l != "" && req(c, r) > quantity(t, l) {
+				t.Errorf("container %s requests more %s than its limit %s", str(t, c, "name"), r, l)
+			}
+		}
+	}
+	for _, c := range containers {
+		for _, r := range []string{"cpu", "memory", "ephemeral-storage"} {
+			if optStr(t, optField(optField(c, "resources"), "requests"), r) == "" {
+				t.Errorf("container %s requests no %s (a request defaults to the limit: one trial per node)", str(t, c, "name"), r)
+			}
+		}
+	}
+	for r, most := range map[string]string{"cpu": maxTrialCPU, "memory": maxTrialMemory, "ephemeral-storage": maxTrialDisk} {
+		var pod, sum int64
+		for _, c := range inits {
+			pod = max(pod, req(c, r))
+		}
+		for _, c := range containers {
+			sum += req(c, r)
+		}
+		pod = max(pod, sum)
+		if pod > quantity(t, most) {
+			t.Errorf("the Pod requests %d/1000 of %s; want at most %s, so that many trials fit a node", pod, r, most)
+		}
 	}
 }

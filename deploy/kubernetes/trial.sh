@@ -11,7 +11,20 @@
 #   kubectl exec -i -n evals t42-relayd-trial -c task -- /opt/relayd/relayd bridge
 #   kubectl delete -k /tmp/trials/t42 && rm -r /tmp/trials/t42
 #
-# The Pod runs until it is deleted (relayd settles what runs on SIGTERM).
+# MODE says how the controller reaches relayd:
+#   exec      (the default) relayd listens; kubectl exec -i ... relayd bridge
+#   dial-in   the same, and a Service TRIAL-relayd (../dial-in) selects this
+#             trial's Pod alone: the controller dials its cluster IP:7700
+#   dial-out  relayd dials CONNECT (HOST:PORT, the controller's Service:
+#             its cluster IP where the cluster has no DNS, as
+#             networkpolicy.yaml lets no DNS through), serves one session
+#             and exits 0 after verify: the Pod ends Succeeded. No probe,
+#             no port: nothing listens.
+#   MODE=dial-out CONNECT=$(kubectl get svc -n relayd-controller \
+#     relayd-controller -o jsonpath='{.spec.clusterIP}'):7700 ... trial.sh DIR
+#
+# In exec and dial-in mode the Pod runs until it is deleted (relayd settles
+# what runs on SIGTERM).
 # DIR must not exist; it is made 0700. kustomize reads no file outside an
 # overlay, hence the token's copy; DIR may be anywhere (it names the base
 # by a relative path, which kustomize requires).
@@ -28,6 +41,19 @@ need INIT_IMAGE "the init image make k8s-image built"
 need TOKEN_FILE "the file holding the trial's token"
 pod_security=${POD_SECURITY:-baseline}
 case $pod_security in baseline|restricted) ;; *) usage "POD_SECURITY=$pod_security: want baseline or restricted" ;; esac
+mode=${MODE:-exec}
+case $mode in
+exec|dial-in) [ -z "${CONNECT:-}" ] || usage "CONNECT is for MODE=dial-out, not MODE=$mode" ;;
+dial-out)
+	need CONNECT "the controller's HOST:PORT, which relayd dials (MODE=dial-out)"
+	# HOST:PORT or [IPV6]:PORT, nothing else (it goes into YAML).
+	case $CONNECT in
+	*[!A-Za-z0-9.:\[\]-]*|:*|*:) usage "CONNECT=$CONNECT: want HOST:PORT" ;;
+	*:*) case ${CONNECT##*:} in *[!0-9]*) usage "CONNECT=$CONNECT: want HOST:PORT" ;; esac ;;
+	*) usage "CONNECT=$CONNECT: want HOST:PORT" ;;
+	esac ;;
+*) usage "MODE=$mode: want exec, dial-in or dial-out" ;;
+esac
 
 # A DNS label, short enough that TRIAL-relayd-token-HASH stays one.
 label() {
@@ -35,6 +61,8 @@ label() {
   [ ${#2} -le "$3" ] || usage "$1=$2: want at most $3 characters"
 }
 label TRIAL "$TRIAL" 40
+# The Service's name, TRIAL-relayd, must start with a letter (RFC 1035).
+case $mode:$TRIAL in dial-in:[!a-z]*) usage "TRIAL=$TRIAL: want a name that starts with a letter (MODE=dial-in names a Service after it)" ;; esac
 label NAMESPACE "$NAMESPACE" 63
 # An image reference as kustomize's images: wants it: newName, then the
 # digest or else the tag (a colon after the last slash).
@@ -66,8 +94,43 @@ images:
 $task
   - name: relayd-init
 $init
+# The trial's own label, also on the selector of a Service (dial-in).
+labels:
+  - pairs:
+      app.kubernetes.io/instance: $TRIAL
+    includeSelectors: true
 secretGenerator:
   - name: relayd-token
     files:
       - token
 YAML
+case $mode in
+dial-in)
+	cat >> "$dir/kustomization.yaml" <<YAML
+components:
+  - $(realpath --relative-to="$dir" "$(dirname "$base")/dial-in")
+YAML
+	;;
+dial-out)
+	# Both bases' args start with --listen :7700 (the test op checks it).
+	cat >> "$dir/kustomization.yaml" <<YAML
+patches:
+  - target:
+      kind: Pod
+    patch: |-
+      - op: test
+        path: /spec/containers/0/args/0
+        value: --listen
+      - op: replace
+        path: /spec/containers/0/args/0
+        value: --connect
+      - op: replace
+        path: /spec/containers/0/args/1
+        value: "$CONNECT"
+      - op: remove
+        path: /spec/containers/0/readinessProbe
+      - op: remove
+        path: /spec/containers/0/ports
+YAML
+	;;
+esac
