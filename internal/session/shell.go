@@ -267,9 +267,12 @@ func (sh *shell) atPrompt() bool {
 
 // backAtPrompt is atPrompt, allowing the shell the moment it takes to
 // take its terminal back from a job that just ended (as lookAfterExit
-// allows a scope).
+// allows a scope): a few microseconds on an idle machine, but bash does
+// it only once it is scheduled after reaping the job, which on a loaded
+// machine took over 50 ms. Only a program that really holds the
+// terminal waits the whole second before its busy reply.
 func (sh *shell) backAtPrompt() bool {
-	return waitFor(50*time.Millisecond, sh.atPrompt)
+	return waitFor(time.Second, sh.atPrompt)
 }
 
 // typeable waits, at most limit, until the shell reads its terminal in
