@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -63,5 +64,42 @@ func TestLogListening(t *testing.T) {
 	}
 	if n := len(l.String()); n > 64 {
 		t.Fatalf("the log keeps %d bytes; want at most 64", n)
+	}
+}
+
+// A relayd the harness prepares keeps its state in its own directory,
+// never in the machine's /run/relayd, unless the test names one.
+func TestPrepareOwnStateDir(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		o    Options
+		want string // the state directory relayd is given by the environment; "" for none added
+	}{
+		{"default", Options{Bin: "relayd", Dir: dir}, filepath.Join(dir, "state")},
+		{"env given", Options{Bin: "relayd", Dir: dir, Env: []string{"PATH=/bin"}}, filepath.Join(dir, "state")},
+		{"flag", Options{Bin: "relayd", Dir: dir, Args: []string{"--state-dir", "/elsewhere"}}, ""},
+		{"flag=", Options{Bin: "relayd", Dir: dir, Args: []string{"--state-dir=/elsewhere"}}, ""},
+		{"env names it", Options{Bin: "relayd", Dir: dir, Env: []string{"RELAYD_STATE_DIR=/elsewhere"}}, "/elsewhere"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			os.RemoveAll(filepath.Join(dir, "workspace"))
+			r, err := Prepare(tc.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, kv := range r.Cmd.Env {
+				if v, ok := strings.CutPrefix(kv, "RELAYD_STATE_DIR="); ok {
+					got = append(got, v)
+				}
+			}
+			switch {
+			case tc.want == "" && len(got) != 0:
+				t.Errorf("env names the state directory %v; want none added (the flag names it)", got)
+			case tc.want != "" && (len(got) != 1 || got[0] != tc.want):
+				t.Errorf("env names the state directory %v; want [%s]", got, tc.want)
+			}
+		})
 	}
 }

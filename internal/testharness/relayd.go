@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -139,9 +140,31 @@ func Prepare(o Options) (*Relayd, error) {
 		r.Socket = filepath.Join(r.Dir, "relayd.sock")
 		r.Cmd.Env = append(CleanEnv(), "RELAYD_SOCKET="+r.Socket)
 	}
+	if !namesStateDir(args, r.Cmd.Env) {
+		// Its own state directory, not the machine's /run/relayd: relayd
+		// keeps its records of running scopes and its store of marks there,
+		// and one relayd settles what another left recorded.
+		r.Cmd.Env = append(slices.Clip(r.Cmd.Env), "RELAYD_STATE_DIR="+filepath.Join(r.Dir, "state"))
+	}
 	r.Cmd.Stdout = r.Logs
 	r.Cmd.Stderr = r.Logs
 	return r, nil
+}
+
+// namesStateDir reports whether relayd's flags or environment name its
+// state directory.
+func namesStateDir(args, env []string) bool {
+	for _, a := range args {
+		if a == "--state-dir" || strings.HasPrefix(a, "--state-dir=") {
+			return true
+		}
+	}
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "RELAYD_STATE_DIR=") {
+			return true
+		}
+	}
+	return false
 }
 
 // Launch starts the prepared command without waiting for it to listen.
