@@ -1,10 +1,14 @@
 package marks
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func listed(ls []Listed) []string {
@@ -202,5 +206,51 @@ func TestRestoreSeveralPaths(t *testing.T) {
 	want := []string{tree + "/a/2.txt content", tree + "/c/1.txt content"}
 	if got := listed(c.Modified); !slices.Equal(got, want) || len(c.Added)+len(c.Deleted) != 0 {
 		t.Errorf("changes after the restore: modified %q added %q deleted %q; want modified %q", got, listed(c.Added), listed(c.Deleted), want)
+	}
+}
+
+// A walk that ends early (relayd's shutdown, or an error) drops the
+// listings made ahead of it: it returns, and leaves no descriptor open.
+func TestWalkStoppedClosesListings(t *testing.T) {
+	tree := t.TempDir()
+	for d := range 60 {
+		for f := range 3 {
+			write(t, filepath.Join(tree, fmt.Sprintf("d%02d", d), fmt.Sprintf("s%d", f), "f"), "x")
+		}
+	}
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	before := fds()
+	for n := range 20 {
+		stop := make(chan struct{})
+		seen := 0
+		w := &walker{stop: stop, visit: func(string, int, string, *unix.Stat_t, bool) error {
+			if seen++; seen == 5+n*7 {
+				close(stop)
+			}
+			return nil
+		}}
+		if err := w.root(tree); !errors.Is(err, ErrStopped) {
+			t.Fatalf("walk stopped after %d entries: %v; want ErrStopped", 5+n*7, err)
+		}
+		bad := errors.New("visit failed")
+		seen = 0
+		w = &walker{visit: func(string, int, string, *unix.Stat_t, bool) error {
+			if seen++; seen == 3+n*9 {
+				return bad
+			}
+			return nil
+		}}
+		if err := w.root(tree); !errors.Is(err, bad) {
+			t.Fatalf("walk failing at entry %d: %v; want its error", 3+n*9, err)
+		}
+	}
+	if after := fds(); after != before {
+		t.Errorf("%d descriptors open after the walks; %d before", after, before)
 	}
 }

@@ -155,6 +155,11 @@ func (r *restorer) chain(p string) []string {
 	return chain
 }
 
+// acted counts what the restore did so far, or tried to.
+func (r *restorer) acted() int64 {
+	return r.out.Removed + r.out.Written + r.out.Reset + int64(len(r.out.NotRestored)) + r.out.NotRestoredOmitted
+}
+
 func (r *restorer) failed(p string, err error) {
 	if r.out.Reason == "" && err != nil {
 		r.out.Reason = fmt.Sprintf("%s: %v", p, unwrapErrno(err))
@@ -387,7 +392,12 @@ func (r *restorer) entry(dfd int, name string, e *Entry, it *indexReader, have *
 			}
 		}
 		defer unix.Close(fd)
+		before := r.acted()
 		r.dir(fd, p, it, ents)
+		if !made && have != nil && r.acted() == before && st.Uid == e.UID && st.Gid == e.GID &&
+			st.Mode&0o7777 == e.Mode&0o7777 && unix.TimespecToNsec(st.Mtim) == e.Mtime {
+			return // as the mark has it, and nothing in it changed since it was listed
+		}
 		r.setMeta(fd, p, e, !made)
 	case unix.S_IFREG:
 		if exists && curType == unix.S_IFREG && e.Hashed && st.Ino == e.Ino && st.Dev == e.Dev &&
