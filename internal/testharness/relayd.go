@@ -92,7 +92,7 @@ type Relayd struct {
 	Token     string
 	TokenFile string
 	Addr      string // set by Start
-	Socket    string // its --socket (listen mode), when the harness chose the environment
+	Socket    string // its --socket (listen mode), when the harness chose it (the test named none)
 	Logs      *Log
 	Exited    chan struct{} // closed when the process has exited and been waited for
 	exitCode  int
@@ -134,13 +134,17 @@ func Prepare(o Options) (*Relayd, error) {
 	r.Cmd.Dir = r.Dir
 	r.Cmd.Env = o.Env
 	if r.Cmd.Env == nil {
-		// Its own socket for relayd bridge, not the default one that
-		// relayds of other tests would share (the twin of --socket, so
-		// that the command line stays as the test wrote it).
-		r.Socket = filepath.Join(r.Dir, "relayd.sock")
-		r.Cmd.Env = append(CleanEnv(), "RELAYD_SOCKET="+r.Socket)
+		r.Cmd.Env = CleanEnv()
 	}
-	if !namesStateDir(args, r.Cmd.Env) {
+	if !names(args, r.Cmd.Env, "socket") {
+		// Its own socket for relayd bridge, not the default one in the
+		// machine's /run/relayd that relayds of other tests would share
+		// (the twin of --socket, so that the command line stays as the
+		// test wrote it).
+		r.Socket = filepath.Join(r.Dir, "relayd.sock")
+		r.Cmd.Env = append(slices.Clip(r.Cmd.Env), "RELAYD_SOCKET="+r.Socket)
+	}
+	if !names(args, r.Cmd.Env, "state-dir") {
 		// Its own state directory, not the machine's /run/relayd: relayd
 		// keeps its records of running scopes and its store of marks there,
 		// and one relayd settles what another left recorded.
@@ -151,16 +155,17 @@ func Prepare(o Options) (*Relayd, error) {
 	return r, nil
 }
 
-// namesStateDir reports whether relayd's flags or environment name its
-// state directory.
-func namesStateDir(args, env []string) bool {
+// names reports whether relayd's flags or environment set the flag
+// (--state-dir, or its twin RELAYD_STATE_DIR).
+func names(args, env []string, flag string) bool {
 	for _, a := range args {
-		if a == "--state-dir" || strings.HasPrefix(a, "--state-dir=") {
+		if a == "--"+flag || strings.HasPrefix(a, "--"+flag+"=") {
 			return true
 		}
 	}
+	twin := "RELAYD_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_")) + "="
 	for _, kv := range env {
-		if strings.HasPrefix(kv, "RELAYD_STATE_DIR=") {
+		if strings.HasPrefix(kv, twin) {
 			return true
 		}
 	}
