@@ -357,7 +357,9 @@ func TestStartupRefusals(t *testing.T) {
 		{"bad listen", []string{"--token-file", good, "--listen", "256.0.0.1:1"}, "--listen"},
 	} {
 		cmd := exec.Command(relaydBin, tc.args...)
-		cmd.Env = cleanEnv()
+		// Its own state directory: one that gets as far as --listen has
+		// made its store of marks there, not in the machine's /run/relayd.
+		cmd.Env = append(cleanEnv(), "RELAYD_STATE_DIR="+filepath.Join(dir, "state"))
 		out, err := cmd.CombinedOutput()
 		ee, ok := err.(*exec.ExitError)
 		if !ok || ee.ExitCode() == 0 {

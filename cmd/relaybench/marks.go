@@ -220,7 +220,10 @@ func newMarksRun(bin string, sh marksShape) (*marksRun, string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if m.c, err = client.Dial(ctx, m.d.Addr, m.d.Token); err != nil {
+	// Unmark (untimed, after each turn) removes the mark's 20,000 kept
+	// objects, which takes more than the client's default 10 s reply
+	// wait on a busy disk: it would end the connection and the turns.
+	if m.c, err = (&client.Dialer{ReplyTimeout: 2 * time.Minute}).Dial(ctx, m.d.Addr, m.d.Token); err != nil {
 		return fail("dialing relayd: " + err.Error())
 	}
 	if !slices.Contains(m.c.Handshake().Extensions, "marks") {

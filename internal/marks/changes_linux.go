@@ -74,25 +74,14 @@ func (s *Store) CheckUse(name string, paths []string, restore bool) error {
 
 func (s *Store) changes(name string, paths []string, max int, stop <-chan struct{}, wait bool) (*Changes, error) {
 	began := time.Now()
-	if err := CheckName(name); err != nil {
-		return nil, err
-	}
 	if max <= 0 {
 		max = MaxListed
 	}
-	narrow, err := checkPaths("paths", paths, false)
-	if err != nil {
-		return nil, err
-	}
-	unlock, err := s.lock(name, true, wait)
+	meta, narrow, unlock, err := s.use(name, paths, true, wait)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	meta, err := s.meta(name)
-	if err != nil {
-		return nil, err
-	}
 	for _, p := range narrow {
 		if !excluded(p, meta.Paths) {
 			return nil, bad(`"paths": %s is not under any path of mark %q`, p, name)

@@ -146,7 +146,8 @@ type indexReader struct {
 	err  error
 	// only, when not empty, keeps the entries under one of these roots
 	// (sorted by ComparePaths) and skips the others.
-	only []string
+	only    []string
+	scratch []byte // a path or target read, before it is a string
 }
 
 func newIndexReader(r io.Reader, only []string) *indexReader {
@@ -208,7 +209,10 @@ func (x *indexReader) read() (*Entry, error) {
 		return nil, errCorrupt
 	}
 	e := &Entry{}
-	b := make([]byte, n)
+	if cap(x.scratch) < int(n) {
+		x.scratch = make([]byte, n)
+	}
+	b := x.scratch[:n]
 	if _, err := io.ReadFull(x.r, b); err != nil {
 		return nil, errCorrupt
 	}
@@ -236,7 +240,10 @@ func (x *indexReader) read() (*Entry, error) {
 		return nil, errCorrupt
 	}
 	if n > 0 {
-		t := make([]byte, n)
+		if cap(x.scratch) < int(n) {
+			x.scratch = make([]byte, n)
+		}
+		t := x.scratch[:n]
 		if _, err := io.ReadFull(x.r, t); err != nil {
 			return nil, errCorrupt
 		}

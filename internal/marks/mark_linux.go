@@ -6,9 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -201,6 +201,7 @@ type marker struct {
 	objfd, reffd         int
 	buf                  []byte
 	entries, bytes, kept int64
+	tmpfile              int // objects made by O_TMPFILE: 0 not tried yet, 1 yes, -1 no
 }
 
 func (m *marker) visit(p string, dfd int, name string, st *unix.Stat_t, enter bool) error {
@@ -250,34 +251,30 @@ func (m *marker) keepFile(dfd int, name string, st *unix.Stat_t) (sum [32]byte, 
 }
 
 func (m *marker) keepOnce(dfd int, name string, st *unix.Stat_t) (sum [32]byte, ok, retry bool, err error) {
-	src, ok, err := openFile(dfd, name, st)
+	src, ok, err := openFileFd(dfd, name, st)
 	if !ok {
 		return sum, false, false, err
 	}
-	defer src.Close()
-	tmpName := randomName(".tmp-")
-	tfd, err := unix.Openat(m.objfd, tmpName, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	defer unix.Close(src)
+	tfd, link, done, err := m.newObject()
 	if err != nil {
 		return sum, false, false, err
 	}
-	tmp := os.NewFile(uintptr(tfd), tmpName)
-	defer func() {
-		tmp.Close()
-		_ = unix.Unlinkat(m.objfd, tmpName, 0)
-	}()
+	defer done()
 	h := sha256.New()
-	if unix.IoctlFileClone(tfd, int(src.Fd())) == nil {
+	if unix.IoctlFileClone(tfd, src) == nil {
 		// The clone cannot change under relayd: hash it.
-		if _, err := io.CopyBuffer(h, tmp, m.buf); err != nil {
+		if err := readAll(tfd, m.buf, h.Write); err != nil {
 			return sum, false, false, err
 		}
-	} else {
-		if _, err := io.CopyBuffer(io.MultiWriter(h, tmp), onlyReader{src}, m.buf); err != nil {
-			return sum, false, false, err
-		}
+	} else if err := readAll(src, m.buf, func(b []byte) (int, error) {
+		h.Write(b)
+		return writeAll(tfd, b)
+	}); err != nil {
+		return sum, false, false, err
 	}
 	var after unix.Stat_t
-	if err := unix.Fstat(int(src.Fd()), &after); err != nil {
+	if err := unix.Fstat(src, &after); err != nil {
 		return sum, false, false, err
 	}
 	if after.Ctim != st.Ctim || after.Size != st.Size {
@@ -285,7 +282,7 @@ func (m *marker) keepOnce(dfd int, name string, st *unix.Stat_t) (sum [32]byte, 
 	}
 	copy(sum[:], h.Sum(nil))
 	hexSum := hex.EncodeToString(sum[:])
-	switch err := unix.Linkat(m.objfd, tmpName, m.objfd, hexSum, 0); {
+	switch err := link(hexSum); {
 	case err == nil:
 		m.s.mu.Lock()
 		m.s.used += st.Size
@@ -304,8 +301,79 @@ func (m *marker) keepOnce(dfd int, name string, st *unix.Stat_t) (sum [32]byte, 
 	return sum, true, false, nil
 }
 
-// onlyReader hides a file's WriterTo, so that a copy reads through the
-// buffer given.
-type onlyReader struct{ r io.Reader }
+// newObject makes an object's file: unnamed (O_TMPFILE) where the
+// filesystem and /proc let it be named later, else under a temporary
+// name. link names it in the objects directory (EEXIST: an object of
+// that content is there); done closes it and removes a temporary name.
+func (m *marker) newObject() (fd int, link func(name string) error, done func(), err error) {
+	if m.tmpfile >= 0 {
+		fd, err := unix.Openat(m.objfd, ".", unix.O_RDWR|unix.O_TMPFILE|unix.O_CLOEXEC, 0o600)
+		if err == nil {
+			proc := "/proc/self/fd/" + strconv.Itoa(fd)
+			if m.tmpfile == 0 {
+				var st unix.Stat_t
+				if unix.Stat(proc, &st) == nil {
+					m.tmpfile = 1
+				} else {
+					m.tmpfile = -1
+				}
+			}
+			if m.tmpfile > 0 {
+				return fd, func(name string) error {
+					return unix.Linkat(unix.AT_FDCWD, proc, m.objfd, name, unix.AT_SYMLINK_FOLLOW)
+				}, func() { unix.Close(fd) }, nil
+			}
+			unix.Close(fd)
+		} else if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EISDIR) || errors.Is(err, unix.EINVAL) {
+			m.tmpfile = -1
+		} else {
+			return -1, nil, nil, err
+		}
+	}
+	tmpName := randomName(".tmp-")
+	fd, err = unix.Openat(m.objfd, tmpName, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return -1, nil, nil, err
+	}
+	return fd, func(name string) error {
+			return unix.Linkat(m.objfd, tmpName, m.objfd, name, 0)
+		}, func() {
+			unix.Close(fd)
+			_ = unix.Unlinkat(m.objfd, tmpName, 0)
+		}, nil
+}
 
-func (o onlyReader) Read(p []byte) (int, error) { return o.r.Read(p) }
+// readAll reads fd to its end through buf, handing each read to use.
+func readAll(fd int, buf []byte, use func([]byte) (int, error)) error {
+	for {
+		n, err := unix.Read(fd, buf)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		if _, err := use(buf[:n]); err != nil {
+			return err
+		}
+	}
+}
+
+// writeAll writes b to fd.
+func writeAll(fd int, b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		k, err := unix.Write(fd, b[n:])
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		n += k
+	}
+	return n, nil
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -29,22 +30,11 @@ type Restored struct {
 // wait it waits for a changes or another restore of the mark to end
 // instead of answering ErrBusy.
 func (s *Store) Restore(name string, paths []string, wait bool) (*Restored, error) {
-	if err := CheckName(name); err != nil {
-		return nil, err
-	}
-	ps, err := checkPaths("paths", paths, false)
-	if err != nil {
-		return nil, err
-	}
-	unlock, err := s.lock(name, false, wait)
+	meta, ps, unlock, err := s.use(name, paths, false, wait)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	meta, err := s.meta(name)
-	if err != nil {
-		return nil, err
-	}
 	if len(ps) == 0 {
 		ps = meta.Keep
 	}
@@ -61,14 +51,51 @@ func (s *Store) Restore(name string, paths []string, wait bool) (*Restored, erro
 		return nil, err
 	}
 	defer unix.Close(objfd)
+	f, err := os.Open(s.path("m", name, "index"))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
 	r := &restorer{s: s, meta: meta, objfd: objfd, out: &Restored{Mark: name},
-		skip: append(append([]string(nil), meta.Exclude...), meta.Internal...), buf: make([]byte, 128<<10)}
-	for _, p := range topRoots(ps) {
+		skip: append(append([]string(nil), meta.Exclude...), meta.Internal...), buf: make([]byte, 128<<10),
+		dbuf: make([]byte, direntsBuf), l: newLister(listers()), idx: newIndexReader(f, nil), recs: map[string]*Entry{}}
+	defer r.l.close()
+	roots := topRoots(ps)
+	r.want = map[string]bool{}
+	for _, p := range roots {
+		for _, q := range r.chain(p) {
+			r.want[q] = true
+		}
+	}
+	for _, p := range roots {
 		if err := r.path(p); err != nil {
 			return nil, err
 		}
 	}
+	if err := r.idx.failed(); err != nil {
+		return nil, err
+	}
 	return r.out, nil
+}
+
+// use checks a request's mark name and paths (a changes' or a
+// restore's), takes the mark's lock (shared: a changes') and reads its
+// record; unlock releases the lock.
+func (s *Store) use(name string, paths []string, shared, wait bool) (meta *Meta, ps []string, unlock func(), err error) {
+	if err := CheckName(name); err != nil {
+		return nil, nil, nil, err
+	}
+	if ps, err = checkPaths("paths", paths, false); err != nil {
+		return nil, nil, nil, err
+	}
+	if unlock, err = s.lock(name, shared, wait); err != nil {
+		return nil, nil, nil, err
+	}
+	if meta, err = s.meta(name); err != nil {
+		unlock()
+		return nil, nil, nil, err
+	}
+	return meta, ps, unlock, nil
 }
 
 type restorer struct {
@@ -78,6 +105,14 @@ type restorer struct {
 	out   *Restored
 	skip  []string
 	buf   []byte
+	dbuf  []byte  // getdents'
+	l     *lister // makes the listings ahead of the restore
+	// idx is the mark's index, read once through the paths restored (in
+	// walk order); recs holds the entries it passed of want, the
+	// directories from each path's kept subtree down to it.
+	idx  *indexReader
+	want map[string]bool
+	recs map[string]*Entry
 }
 
 // index opens the mark's index, keeping only what is under root.
@@ -89,25 +124,40 @@ func (r *restorer) index(root string) (*indexReader, *os.File, error) {
 	return newIndexReader(f, []string{root}), f, nil
 }
 
-// lookup returns the mark's entries of the paths want, by path.
-func (r *restorer) lookup(want []string) (map[string]*Entry, error) {
-	f, err := os.Open(r.s.path("m", r.meta.Name, "index"))
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	x := newIndexReader(f, nil)
-	got := map[string]*Entry{}
-	set := map[string]bool{}
-	for _, w := range want {
-		set[w] = true
-	}
-	for e := x.pop(); e != nil; e = x.pop() {
-		if set[e.Path] {
-			got[e.Path] = e
+// seek reads the index up to p (the next entry is p or the first after
+// it), keeping the entries of r.want it passes.
+func (r *restorer) seek(p string) {
+	for e := r.idx.peek(); e != nil && ComparePaths(e.Path, p) < 0; e = r.idx.peek() {
+		r.idx.pop()
+		if r.want[e.Path] {
+			r.recs[e.Path] = e
 		}
 	}
-	return got, x.failed()
+}
+
+// chain is p and its ancestors down from its kept subtree's root, the
+// root first.
+func (r *restorer) chain(p string) []string {
+	var keepRoot string
+	for _, k := range r.meta.Keep {
+		if Under(p, k) && len(k) > len(keepRoot) {
+			keepRoot = k
+		}
+	}
+	var chain []string
+	for q := p; ; q = filepath.Dir(q) {
+		chain = append(chain, q)
+		if q == keepRoot || q == "/" {
+			break
+		}
+	}
+	slices.Reverse(chain)
+	return chain
+}
+
+// acted counts what the restore did so far, or tried to.
+func (r *restorer) acted() int64 {
+	return r.out.Removed + r.out.Written + r.out.Reset + int64(len(r.out.NotRestored)) + r.out.NotRestoredOmitted
 }
 
 func (r *restorer) failed(p string, err error) {
@@ -133,6 +183,12 @@ func unwrapErrno(err error) error {
 // restored, consuming them from it.
 func (r *restorer) failedUnder(p string, err error, it *indexReader) {
 	r.failed(p, err)
+	r.drain(p, it)
+}
+
+// drain names every entry the mark holds under p as not restored,
+// consuming them from it.
+func (r *restorer) drain(p string, it *indexReader) {
 	for e := it.peek(); e != nil && Under(e.Path, p); e = it.peek() {
 		it.pop()
 		r.failed(e.Path, nil)
@@ -144,34 +200,31 @@ func (r *restorer) path(p string) error {
 	// The ancestors from the kept subtree's root down are directories of
 	// the mark (made again if they are not); the first that the mark did
 	// not record as a directory is what is restored.
-	var keepRoot string
-	for _, k := range r.meta.Keep {
-		if Under(p, k) && len(k) > len(keepRoot) {
-			keepRoot = k
-		}
+	chain := r.chain(p)
+	r.seek(p)
+	if e := r.idx.peek(); e != nil && e.Path == p && r.want[p] {
+		r.recs[p] = e
 	}
-	var chain []string
-	for q := p; ; q = filepath.Dir(q) {
-		chain = append([]string{q}, chain...)
-		if q == keepRoot || q == "/" {
-			break
-		}
-	}
-	recs, err := r.lookup(chain)
-	if err != nil {
+	if err := r.idx.failed(); err != nil {
 		return err
 	}
+	recs := r.recs
 	for i, q := range chain[:len(chain)-1] {
 		if e := recs[q]; e == nil || e.Mode&unix.S_IFMT != unix.S_IFDIR || e.NoDescend {
 			chain, p = chain[:i+1], q
 			break
 		}
 	}
-	it, f, err := r.index(p)
-	if err != nil {
-		return err
+	it := r.idx
+	if p != chain[len(chain)-1] {
+		// Cut short at an ancestor (passed already): read its entries anew.
+		f, err := os.Open(r.s.path("m", r.meta.Name, "index"))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		it = newIndexReader(f, []string{p})
 	}
-	defer f.Close()
 	if p == "/" {
 		fd, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -182,7 +235,7 @@ func (r *restorer) path(p string) error {
 		if e == nil {
 			return nil
 		}
-		r.dir(fd, "/", it)
+		r.dir(fd, "/", it, nil)
 		r.setMeta(fd, "/", e, true)
 		return nil
 	}
@@ -206,34 +259,34 @@ func (r *restorer) path(p string) error {
 	}()
 	cur := dfd
 	for _, q := range chain[:len(chain)-1] {
-		fd, ok := r.ensureDir(cur, q, recs[q], it)
+		fd, ok := r.ensureDir(cur, q, recs[q], it, p)
 		if !ok {
 			return nil
 		}
 		anc = append(anc, held{fd, recs[q]})
 		cur = fd
 	}
-	e := it.pop()
-	if e == nil || e.Path != p {
+	if e := it.peek(); e == nil || e.Path != p {
 		// Not in the mark: it is removed.
 		r.remove(cur, p, filepath.Base(p))
 		return nil
 	}
-	r.entry(cur, filepath.Base(p), e, it)
+	r.entry(cur, filepath.Base(p), it.pop(), it, nil)
 	return nil
 }
 
 // ensureDir opens the directory q (recorded as e) in dfd, making it
 // again when something else is there; ok false when it cannot (named
-// as not restored, with what is under it).
-func (r *restorer) ensureDir(dfd int, q string, e *Entry, it *indexReader) (int, bool) {
+// as not restored, with what is under p, the path restored).
+func (r *restorer) ensureDir(dfd int, q string, e *Entry, it *indexReader, p string) (int, bool) {
 	name := filepath.Base(q)
 	var st unix.Stat_t
 	err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
 	if err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		fd, err := r.openDir(dfd, name, e.Dev)
 		if err != nil {
-			r.failedUnder(q, err, it)
+			r.failed(q, err)
+			r.drain(p, it)
 			return -1, false
 		}
 		return fd, true
@@ -242,13 +295,15 @@ func (r *restorer) ensureDir(dfd int, q string, e *Entry, it *indexReader) (int,
 		r.remove(dfd, q, name)
 	}
 	if err := unix.Mkdirat(dfd, name, 0o700); err != nil {
-		r.failedUnder(q, err, it)
+		r.failed(q, err)
+		r.drain(p, it)
 		return -1, false
 	}
 	r.out.Written++
 	fd, err := r.openDir(dfd, name, e.Dev)
 	if err != nil {
-		r.failedUnder(q, err, it)
+		r.failed(q, err)
+		r.drain(p, it)
 		return -1, false
 	}
 	return fd, true
@@ -286,11 +341,17 @@ func (r *restorer) openDir(dfd int, name string, dev uint64) (int, error) {
 	return fd, nil
 }
 
-// entry restores the entry name in dfd as e recorded it.
-func (r *restorer) entry(dfd int, name string, e *Entry, it *indexReader) {
+// entry restores the entry name in dfd as e recorded it; have is what
+// the listing of dfd saw there (nil: lstat it now).
+func (r *restorer) entry(dfd int, name string, e *Entry, it *indexReader, have *dirent) {
 	p := e.Path
 	var st unix.Stat_t
-	exists := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil
+	var exists bool
+	if have == nil {
+		exists = unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil
+	} else if exists = have.err == nil; exists {
+		st = have.st
+	}
 	curType := st.Mode & unix.S_IFMT
 	switch e.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
@@ -313,13 +374,30 @@ func (r *restorer) entry(dfd int, name string, e *Entry, it *indexReader) {
 			made = true
 			r.out.Written++
 		}
-		fd, err := r.openDir(dfd, name, e.Dev)
-		if err != nil {
-			r.failedUnder(p, err, it)
-			return
+		fd, ents := -1, []dirent(nil)
+		if exists && have != nil && have.job != nil {
+			// Its listing made ahead, when opened as openDir would.
+			j := r.l.take(dfd, have, openBeneath, r.dbuf)
+			if j.err == nil && j.fd >= 0 && have.st.Dev == e.Dev {
+				fd, ents = j.fd, j.ents
+			} else if j.fd >= 0 {
+				unix.Close(j.fd)
+			}
+		}
+		if fd < 0 {
+			var err error
+			if fd, err = r.openDir(dfd, name, e.Dev); err != nil {
+				r.failedUnder(p, err, it)
+				return
+			}
 		}
 		defer unix.Close(fd)
-		r.dir(fd, p, it)
+		before := r.acted()
+		r.dir(fd, p, it, ents)
+		if !made && have != nil && r.acted() == before && st.Uid == e.UID && st.Gid == e.GID &&
+			st.Mode&0o7777 == e.Mode&0o7777 && unix.TimespecToNsec(st.Mtim) == e.Mtime {
+			return // as the mark has it, and nothing in it changed since it was listed
+		}
 		r.setMeta(fd, p, e, !made)
 	case unix.S_IFREG:
 		if exists && curType == unix.S_IFREG && e.Hashed && st.Ino == e.Ino && st.Dev == e.Dev &&
@@ -379,14 +457,20 @@ func (r *restorer) entry(dfd int, name string, e *Entry, it *indexReader) {
 	}
 }
 
-// dir restores what the directory fd (at p) holds, merging its names
-// with the mark's entries of its children (both in byte order).
-func (r *restorer) dir(fd int, p string, it *indexReader) {
-	names, err := readNames(fd)
-	if err != nil {
-		r.failedUnder(p, err, it)
-		return
+// dir restores what the directory fd (at p) holds, merging its entries
+// (ents; nil: listed now) with the mark's entries of its children (both
+// in byte order). The listings of its subdirectories are made ahead.
+func (r *restorer) dir(fd int, p string, it *indexReader, ents []dirent) {
+	if ents == nil {
+		var err error
+		if ents, err = list(fd, r.dbuf); err != nil {
+			r.failedUnder(p, err, it)
+			return
+		}
 	}
+	mayskip := skipsUnder(p, r.skip)
+	r.l.queue(fd, ents, openBeneath, func(i int) bool { return !mayskip || !excluded(join(p, ents[i].name), r.skip) })
+	defer r.l.cancel(ents)
 	i := 0
 	for e := it.peek(); e != nil && Under(e.Path, p) && e.Path != p; e = it.peek() {
 		it.pop()
@@ -394,24 +478,49 @@ func (r *restorer) dir(fd int, p string, it *indexReader) {
 			continue // cannot happen in walk order
 		}
 		name := filepath.Base(e.Path)
-		for ; i < len(names) && names[i] < name; i++ {
-			r.removeIfOurs(fd, join(p, names[i]), names[i])
+		for ; i < len(ents) && ents[i].name < name; i++ {
+			r.removeIfOurs(fd, join(p, ents[i].name), &ents[i])
 		}
-		if i < len(names) && names[i] == name {
+		have := &dirent{err: unix.ENOENT}
+		if i < len(ents) && ents[i].name == name {
+			have = &ents[i]
 			i++
 		}
-		r.entry(fd, name, e, it)
+		r.entry(fd, name, e, it, have)
 	}
-	for ; i < len(names); i++ {
-		r.removeIfOurs(fd, join(p, names[i]), names[i])
+	for ; i < len(ents); i++ {
+		r.removeIfOurs(fd, join(p, ents[i].name), &ents[i])
 	}
 }
 
-func (r *restorer) removeIfOurs(fd int, p, name string) {
+func (r *restorer) removeIfOurs(fd int, p string, d *dirent) {
 	if excluded(p, r.skip) {
 		return
 	}
-	r.remove(fd, p, name)
+	r.l.cancel(unsafe.Slice(d, 1))
+	r.remove(fd, p, d.name)
+}
+
+// openBeneath opens the directory name in pfd as openDir does, on
+// pfd's filesystem, checked by fstat to be the one lstat saw (st); -1
+// when it was replaced meanwhile. A restore takes such a descriptor made
+// ahead only where openDir would have made the same.
+func openBeneath(pfd int, name string, st *unix.Stat_t) (int, error) {
+	how := unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV}
+	fd, err := unix.Openat2(pfd, name, &how)
+	if errors.Is(err, unix.ENOSYS) {
+		fd, err = openDirAt(pfd, name)
+	}
+	if err != nil {
+		return -1, err
+	}
+	var now unix.Stat_t
+	if err := unix.Fstat(fd, &now); err != nil || now.Ino != st.Ino || now.Dev != st.Dev {
+		unix.Close(fd)
+		return -1, nil
+	}
+	return fd, nil
 }
 
 // remove removes name in dfd (at p) and everything under it, without
@@ -437,7 +546,7 @@ func (r *restorer) remove(dfd int, p, name string) bool {
 			r.failed(p, err)
 			return false
 		}
-		names, err := readNames(fd)
+		names, err := readNames(fd, r.dbuf)
 		ok := err == nil
 		for _, n := range names {
 			ok = r.remove(fd, join(p, n), n) && ok

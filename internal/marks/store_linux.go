@@ -234,15 +234,19 @@ func (s *Store) Unmark(name string) error {
 
 // collect removes the objects no mark links.
 func (s *Store) collect() {
-	objs, err := os.ReadDir(s.path("objects"))
+	fd, err := unix.Open(s.path("objects"), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return
 	}
-	for _, o := range objs {
+	defer unix.Close(fd)
+	names, err := readNames(fd, make([]byte, direntsBuf))
+	if err != nil {
+		return
+	}
+	for _, name := range names {
 		var st unix.Stat_t
-		p := s.path("objects", o.Name())
-		if unix.Lstat(p, &st) == nil && st.Nlink == 1 && st.Mode&unix.S_IFMT == unix.S_IFREG {
-			if os.Remove(p) == nil {
+		if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Nlink == 1 && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			if unix.Unlinkat(fd, name, 0) == nil {
 				s.mu.Lock()
 				s.used -= st.Size
 				s.mu.Unlock()

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -40,6 +39,8 @@ type walker struct {
 	// entries are deleted; the ancestor's change is listed by a wider
 	// look).
 	gone bool
+	l    *lister // makes the listings ahead of the walk (root starts one)
+	buf  []byte  // getdents'
 }
 
 // topRoots returns the paths, cleaned and sorted in walk order, without
@@ -98,6 +99,13 @@ func (w *walker) root(p string) error {
 	if excluded(p, w.skip) {
 		return nil
 	}
+	if w.buf == nil {
+		w.buf = make([]byte, direntsBuf)
+	}
+	if w.l == nil {
+		w.l = newLister(listers())
+		defer func() { w.l.close(); w.l = nil }()
+	}
 	if p == "/" {
 		fd, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -111,7 +119,11 @@ func (w *walker) root(p string) error {
 		if err := w.visit("/", fd, ".", &st, true); err != nil {
 			return err
 		}
-		return w.dir(fd, "/", 0)
+		ents, err := list(fd, w.buf)
+		if err != nil {
+			return &os.PathError{Op: "readdir", Path: p, Err: err}
+		}
+		return w.dir(fd, "/", st.Dev, 0, ents)
 	}
 	pfd, err := openPath(filepath.Dir(p))
 	if err != nil {
@@ -125,65 +137,85 @@ func (w *walker) root(p string) error {
 	if err := unix.Fstat(pfd, &pst); err != nil {
 		return err
 	}
-	return w.entry(pfd, p, filepath.Base(p), pst.Dev, 0)
-}
-
-// entry visits name in dfd (whose device is dev) and descends into it.
-func (w *walker) entry(dfd int, p, name string, dev uint64, depth int) error {
-	var st unix.Stat_t
-	if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return nil // gone meanwhile
-		}
-		return &os.PathError{Op: "lstat", Path: p, Err: err}
-	}
-	isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
-	enter := isDir && (st.Dev == dev || w.named[p])
-	if err := w.visit(p, dfd, name, &st, enter); err != nil {
-		return err
-	}
-	if !enter {
+	ents := []dirent{{name: filepath.Base(p)}}
+	d := &ents[0]
+	if d.err = unix.Fstatat(pfd, d.name, &d.st, unix.AT_SYMLINK_NOFOLLOW); errors.Is(d.err, unix.ENOENT) {
 		return nil
 	}
-	if depth >= maxDepth {
-		return fmt.Errorf("%s: more than %d directories deep", p, maxDepth)
-	}
-	cfd, err := openDirAt(dfd, name)
+	return w.dir(pfd, filepath.Dir(p), pst.Dev, 0, ents)
+}
+
+// openChild opens the directory name in pfd, checked by fstat to be the
+// one lstat saw (st); -1 when it was replaced meanwhile.
+func openChild(pfd int, name string, st *unix.Stat_t) (int, error) {
+	fd, err := openDirAt(pfd, name)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
-			return nil // replaced meanwhile: what is there now is the next walk's
+			return -1, nil // replaced meanwhile: what is there now is the next walk's
 		}
-		return &os.PathError{Op: "open", Path: p, Err: err}
+		return -1, err
 	}
-	defer unix.Close(cfd)
 	var now unix.Stat_t
-	if err := unix.Fstat(cfd, &now); err != nil || now.Ino != st.Ino || now.Dev != st.Dev {
-		return nil
+	if err := unix.Fstat(fd, &now); err != nil || now.Ino != st.Ino || now.Dev != st.Dev {
+		unix.Close(fd)
+		return -1, nil
 	}
-	return w.dir(cfd, p, depth+1)
+	return fd, nil
 }
 
-// dir walks the names in the directory fd (at p), in byte order.
-func (w *walker) dir(fd int, p string, depth int) error {
+// dir visits the entries ents of the directory fd (at p, on dev, depth
+// directories deep) and descends into each directory among them on the
+// same filesystem, or named. The listings of those are made ahead (w.l).
+func (w *walker) dir(fd int, p string, dev uint64, depth int, ents []dirent) error {
 	select {
 	case <-w.stop:
 		return ErrStopped
 	default:
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return &os.PathError{Op: "fstat", Path: p, Err: err}
+	mayskip := skipsUnder(p, w.skip)
+	paths := make([]string, len(ents))
+	enter := make([]bool, len(ents))
+	for i := range ents {
+		d := &ents[i]
+		paths[i] = join(p, d.name)
+		enter[i] = d.err == nil && d.st.Mode&unix.S_IFMT == unix.S_IFDIR && (d.st.Dev == dev || w.named[paths[i]]) &&
+			!(mayskip && excluded(paths[i], w.skip)) && depth < maxDepth
 	}
-	names, err := readNames(fd)
-	if err != nil {
-		return &os.PathError{Op: "readdir", Path: p, Err: err}
-	}
-	for _, name := range names {
-		cp := join(p, name)
-		if excluded(cp, w.skip) {
+	w.l.queue(fd, ents, openChild, func(i int) bool { return enter[i] })
+	defer w.l.cancel(ents)
+	for i := range ents {
+		d := &ents[i]
+		cp := paths[i]
+		if mayskip && excluded(cp, w.skip) {
 			continue
 		}
-		if err := w.entry(fd, cp, name, st.Dev, depth); err != nil {
+		if d.err != nil {
+			return &os.PathError{Op: "lstat", Path: cp, Err: d.err}
+		}
+		isDir := d.st.Mode&unix.S_IFMT == unix.S_IFDIR
+		if err := w.visit(cp, fd, d.name, &d.st, enter[i] || isDir && (d.st.Dev == dev || w.named[cp])); err != nil {
+			return err
+		}
+		if !enter[i] {
+			if isDir && (d.st.Dev == dev || w.named[cp]) {
+				return fmt.Errorf("%s: more than %d directories deep", cp, maxDepth)
+			}
+			continue
+		}
+		j := w.l.take(fd, d, openChild, w.buf)
+		if j.err != nil {
+			if j.opening {
+				return &os.PathError{Op: "open", Path: cp, Err: j.err}
+			}
+			unix.Close(j.fd)
+			return &os.PathError{Op: "readdir", Path: cp, Err: j.err}
+		}
+		if j.fd < 0 {
+			continue
+		}
+		err := w.dir(j.fd, cp, d.st.Dev, depth+1, j.ents)
+		unix.Close(j.fd)
+		if err != nil {
 			return err
 		}
 	}
@@ -197,38 +229,31 @@ func join(dir, name string) string {
 	return dir + "/" + name
 }
 
-// readNames lists the names in the directory fd, sorted in byte order.
-func readNames(fd int) ([]string, error) {
-	dup, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(dup), ".")
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	if err != nil {
-		return nil, err
-	}
-	slices.Sort(names)
-	return names, nil
-}
-
-// openFile opens the regular file name in dfd for reading, checked by
+// openFileFd opens the regular file name in dfd for reading, checked by
 // fstat to be the regular file st describes; ok false when it is not (it
 // was replaced or removed meanwhile). O_NONBLOCK: a FIFO put in its place
 // is not waited on.
-func openFile(dfd int, name string, st *unix.Stat_t) (*os.File, bool, error) {
+func openFileFd(dfd int, name string, st *unix.Stat_t) (int, bool, error) {
 	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENXIO) {
-			return nil, false, nil
+			return -1, false, nil
 		}
-		return nil, false, err
+		return -1, false, err
 	}
 	var now unix.Stat_t
 	if err := unix.Fstat(fd, &now); err != nil || now.Mode&unix.S_IFMT != unix.S_IFREG || now.Ino != st.Ino || now.Dev != st.Dev {
 		unix.Close(fd)
-		return nil, false, nil
+		return -1, false, nil
+	}
+	return fd, true, nil
+}
+
+// openFile is openFileFd as an *os.File.
+func openFile(dfd int, name string, st *unix.Stat_t) (*os.File, bool, error) {
+	fd, ok, err := openFileFd(dfd, name, st)
+	if !ok {
+		return nil, false, err
 	}
 	return os.NewFile(uintptr(fd), name), true, nil
 }
@@ -236,21 +261,14 @@ func openFile(dfd int, name string, st *unix.Stat_t) (*os.File, bool, error) {
 // hashAt reads the regular file name in dfd (st: its lstat) and returns
 // the sha256 of its content; ok false when it is no longer that file.
 func hashAt(dfd int, name string, st *unix.Stat_t, buf []byte) (sum [32]byte, ok bool, err error) {
-	f, ok, err := openFile(dfd, name, st)
+	fd, ok, err := openFileFd(dfd, name, st)
 	if !ok {
 		return sum, false, err
 	}
-	defer f.Close()
+	defer unix.Close(fd)
 	h := sha256.New()
-	for {
-		n, rerr := f.Read(buf)
-		h.Write(buf[:n])
-		if rerr != nil {
-			if errors.Is(rerr, os.ErrClosed) || !isEOF(rerr) {
-				return sum, false, rerr
-			}
-			break
-		}
+	if err := readAll(fd, buf, h.Write); err != nil {
+		return sum, false, err
 	}
 	copy(sum[:], h.Sum(nil))
 	return sum, true, nil
@@ -272,5 +290,3 @@ func readLink(dfd int, name string) (string, error) {
 	}
 	return string(buf[:n]), nil
 }
-
-func isEOF(err error) bool { return errors.Is(err, io.EOF) }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -63,5 +64,46 @@ func TestLogListening(t *testing.T) {
 	}
 	if n := len(l.String()); n > 64 {
 		t.Fatalf("the log keeps %d bytes; want at most 64", n)
+	}
+}
+
+// A relayd the harness prepares keeps its state and its socket in its
+// own directory, never in the machine's /run/relayd, unless the test
+// names them.
+func TestPrepareOwnStateDir(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		o    Options
+		want string // the state directory relayd is given by the environment; "" for none added
+		sock string // and the socket
+	}{
+		{"default", Options{Bin: "relayd", Dir: dir}, filepath.Join(dir, "state"), filepath.Join(dir, "relayd.sock")},
+		{"env given", Options{Bin: "relayd", Dir: dir, Env: []string{"PATH=/bin"}}, filepath.Join(dir, "state"), filepath.Join(dir, "relayd.sock")},
+		{"flag", Options{Bin: "relayd", Dir: dir, Args: []string{"--state-dir", "/elsewhere", "--socket", ""}}, "", ""},
+		{"flag=", Options{Bin: "relayd", Dir: dir, Args: []string{"--state-dir=/elsewhere", "--socket=/s"}}, "", ""},
+		{"env names it", Options{Bin: "relayd", Dir: dir, Env: []string{"RELAYD_STATE_DIR=/elsewhere", "RELAYD_SOCKET=/s"}}, "/elsewhere", "/s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			os.RemoveAll(filepath.Join(dir, "workspace"))
+			r, err := Prepare(tc.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range []struct{ twin, want string }{{"RELAYD_STATE_DIR=", tc.want}, {"RELAYD_SOCKET=", tc.sock}} {
+				var got []string
+				for _, kv := range r.Cmd.Env {
+					if s, ok := strings.CutPrefix(kv, v.twin); ok {
+						got = append(got, s)
+					}
+				}
+				switch {
+				case v.want == "" && len(got) != 0:
+					t.Errorf("env has %s%v; want none added (the flag names it)", v.twin, got)
+				case v.want != "" && (len(got) != 1 || got[0] != v.want):
+					t.Errorf("env has %s%v; want [%s]", v.twin, got, v.want)
+				}
+			}
+		})
 	}
 }

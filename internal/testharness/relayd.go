@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -91,7 +92,7 @@ type Relayd struct {
 	Token     string
 	TokenFile string
 	Addr      string // set by Start
-	Socket    string // its --socket (listen mode), when the harness chose the environment
+	Socket    string // its --socket (listen mode), when the harness chose it (the test named none)
 	Logs      *Log
 	Exited    chan struct{} // closed when the process has exited and been waited for
 	exitCode  int
@@ -133,15 +134,42 @@ func Prepare(o Options) (*Relayd, error) {
 	r.Cmd.Dir = r.Dir
 	r.Cmd.Env = o.Env
 	if r.Cmd.Env == nil {
-		// Its own socket for relayd bridge, not the default one that
-		// relayds of other tests would share (the twin of --socket, so
-		// that the command line stays as the test wrote it).
+		r.Cmd.Env = CleanEnv()
+	}
+	if !names(args, r.Cmd.Env, "socket") {
+		// Its own socket for relayd bridge, not the default one in the
+		// machine's /run/relayd that relayds of other tests would share
+		// (the twin of --socket, so that the command line stays as the
+		// test wrote it).
 		r.Socket = filepath.Join(r.Dir, "relayd.sock")
-		r.Cmd.Env = append(CleanEnv(), "RELAYD_SOCKET="+r.Socket)
+		r.Cmd.Env = append(slices.Clip(r.Cmd.Env), "RELAYD_SOCKET="+r.Socket)
+	}
+	if !names(args, r.Cmd.Env, "state-dir") {
+		// Its own state directory, not the machine's /run/relayd: relayd
+		// keeps its records of running scopes and its store of marks there,
+		// and one relayd settles what another left recorded.
+		r.Cmd.Env = append(slices.Clip(r.Cmd.Env), "RELAYD_STATE_DIR="+filepath.Join(r.Dir, "state"))
 	}
 	r.Cmd.Stdout = r.Logs
 	r.Cmd.Stderr = r.Logs
 	return r, nil
+}
+
+// names reports whether relayd's flags or environment set the flag
+// (--state-dir, or its twin RELAYD_STATE_DIR).
+func names(args, env []string, flag string) bool {
+	for _, a := range args {
+		if a == "--"+flag || strings.HasPrefix(a, "--"+flag+"=") {
+			return true
+		}
+	}
+	twin := "RELAYD_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_")) + "="
+	for _, kv := range env {
+		if strings.HasPrefix(kv, twin) {
+			return true
+		}
+	}
+	return false
 }
 
 // Launch starts the prepared command without waiting for it to listen.
