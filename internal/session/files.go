@@ -783,13 +783,18 @@ func grewPast(f *os.File, n int64) bool {
 // end before n when both are nil) and the connection's (werr). With sum,
 // each piece is read into one buffer, hashed and written, so that the
 // sha256 is of the bytes sent, in the pass that sends them; without,
-// sendfile(2) copies the file's pages to a TCP socket (a Unix socket's
-// conn has no io.ReaderFrom: the buffer, unhashed). Each piece has its
-// own write deadline.
+// sendfile(2) copies the file's pages to the socket, TCP or Unix (the
+// bridge's), not through relayd's memory. Each piece has its own write
+// deadline.
 func (cn *conn) sendBody(f *os.File, n int64, sum hash.Hash) (sent int64, rerr, werr error) {
 	if sum == nil {
 		if rf, ok := cn.c.(io.ReaderFrom); ok {
 			return cn.sendFile(rf, f, n)
+		}
+		if sc, ok := cn.c.(syscall.Conn); ok {
+			if rc, err := sc.SyscallConn(); err == nil {
+				return cn.sendFileRaw(rc, f, n)
+			}
 		}
 	}
 	buf := make([]byte, min(int64(bodyBufBytes), max(n, 1)))
@@ -840,6 +845,55 @@ func (cn *conn) sendFile(rf io.ReaderFrom, f *os.File, n int64) (sent int64, rer
 	}
 	return sent, nil, nil
 }
+
+// sendFileRaw is sendFile for a socket whose conn has no io.ReaderFrom
+// (a Unix socket's: the bridge's): sendfile(2) from f's offsets straight
+// to the socket's descriptor, waiting in the poller when the socket is
+// full, each piece of sendFilePiece with its own write deadline. A
+// failed sendfile cannot tell the file's error from the socket's: both
+// are the connection's, which closes it.
+func (cn *conn) sendFileRaw(rc syscall.RawConn, f *os.File, n int64) (sent int64, rerr, werr error) {
+	in := int(f.Fd())
+	for sent < n {
+		piece := min(sendFilePiece, n-sent)
+		_ = cn.c.SetWriteDeadline(time.Now().Add(cn.srv.cfg.WriteTimeout))
+		var serr error
+		var ended bool
+		off, end := sent, sent+piece
+		err := rc.Write(func(out uintptr) bool {
+			for off < end {
+				k, err := sendfile(int(out), in, &off, int(min(end-off, 1<<30)))
+				switch {
+				case err == unix.EAGAIN:
+					return false // the socket is full: wait in the poller
+				case err == unix.EINTR:
+					continue
+				case err != nil:
+					serr = err
+					return true
+				case k == 0:
+					ended = true // the file ended early
+					return true
+				}
+			}
+			return true
+		})
+		sent = off
+		if err == nil {
+			err = serr
+		}
+		if err != nil {
+			return sent, nil, err
+		}
+		if ended {
+			return sent, nil, nil
+		}
+	}
+	return sent, nil, nil
+}
+
+// sendfile is sendfile(2) (a test counts what it sends).
+var sendfile = unix.Sendfile
 
 // sendZeros makes up a body whose file ended early with n zero bytes, so
 // that the stream stays in step.
