@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/relayd/relayd/client"
+	"golang.org/x/sys/unix"
 )
 
 // transfer is the opt-in section of bulk bytes into and out of a task
@@ -292,7 +293,7 @@ func (b *bench) transferLoopback(sec *section, n int64) {
 	if b.cfg.quick {
 		rounds = 1
 	}
-	sec.note("loopback rows: a %s file of pseudo-random bytes on this machine's disk, put to and got from a relayd on 127.0.0.1 (its workspace on the same disk) by the Go client (raw bodies when relayd lists \"body\"), with sha256 and with \"digest\":\"none\", against a plain copy of the same file through a loopback TCP socket into a file (sendfile in, splice out; the puts against the same copy with the file fsynced before it is closed, as relayd makes a put durable), in the same run, %d rounds in turns (medians); the first byte is the time from a body get's request to the client's first write of its bytes (page cache warm); relayd's peak RSS is its VmHWM after all; CPU is user+system seconds per GiB, relayd's from /proc, the client's (and the socket copy's, both ends) this process's getrusage", mib(n), rounds)
+	sec.note("loopback rows: a %s file of pseudo-random bytes on this machine's disk, put to and got from a relayd on 127.0.0.1 (its workspace on the same disk) by the Go client (raw bodies when relayd lists \"body\"), with sha256 and with \"digest\":\"none\", against a plain copy of the same file through a loopback TCP socket into a file (sendfile in, splice out; the puts against the same copy with the file fsynced before it is closed, as relayd makes a put durable), in the same run, %d rounds in turns (medians), each transfer begun with the file system synced (syncfs, untimed); the first byte is the time from a body get's request to the client's first write of its bytes (page cache warm); relayd's peak RSS is its VmHWM after all; CPU is user+system seconds per GiB, relayd's from /proc, the client's (and the socket copy's, both ends) this process's getrusage", mib(n), rounds)
 	gib := float64(n) / (1 << 30)
 	// timed times op alone, then checks what arrived (check may be nil);
 	// it returns the rate and the CPU seconds per GiB of relayd and of
@@ -380,6 +381,10 @@ func (b *bench) transferLoopback(sec *section, n int64) {
 			if failed[i] != nil {
 				continue
 			}
+			// Each starts with none of the last one's bytes still to
+			// reach the disk: a synced copy before a row would else
+			// speed that row up, and a put's writeback slow the next.
+			settleDisk(dir)
 			r, rc, sc, err := timed(loopbackNames[i], op, checks[i])
 			if err != nil {
 				failed[i] = err
@@ -439,6 +444,15 @@ func (b *bench) transferLoopback(sec *section, n int64) {
 	// moves it; "digest":"none" hashes none.
 	sec.add(measured(loopbackNames[len(loopbackNames)-1], "s/GiB", []float64{sha256Cost()}, false)).
 		withNote("one pass over 256 MiB in memory, one core; a put or a get with sha256 pays it once on each side")
+}
+
+// settleDisk waits until what was written to dir's file system is on
+// its disk (syncfs(2)), untimed.
+func settleDisk(dir string) {
+	if f, err := os.Open(dir); err == nil {
+		_ = unix.Syncfs(int(f.Fd()))
+		f.Close()
+	}
 }
 
 // firstByte passes writes to w and keeps when the first came, after began.
