@@ -142,6 +142,9 @@ func (s *bodySink) Write(p []byte) (int, error) {
 // Write); the stream's is returned.
 func (s *bodySink) ReadBodyFrom(src io.Reader, n int64) (int64, error) {
 	x := s.x
+	if s.err == nil && x.sum != nil && x.tree == nil {
+		return s.readHashed(src, n)
+	}
 	if _, ok := src.(syscall.Conn); !ok || s.err != nil || x.sum != nil || x.tree != nil {
 		return 0, nil
 	}
@@ -168,6 +171,65 @@ func (s *bodySink) ReadBodyFrom(src io.Reader, n int64) (int64, error) {
 		}
 	}
 	return got, nil
+}
+
+// hashedPiece is how much of a hashed body one goroutine reads and
+// hashes while the other writes the piece before (bodySink.readHashed).
+const hashedPiece = 1 << 20
+
+// readHashed is ReadBodyFrom with a sha256: this goroutine reads each
+// piece from the stream and hashes it as it comes, while a second writes
+// the piece before to the temporary file (protocol.Overlap), so that on
+// two CPUs the hash and the file's copy overlap. The bytes hashed are
+// those written. A failure of the file is kept as the sink's error (the
+// rest of the body is then dropped through Write); the stream's is
+// returned.
+func (s *bodySink) readHashed(src io.Reader, n int64) (int64, error) {
+	x := s.x
+	var got int64
+	var serr error
+	stop := errors.New("the stream failed")
+	_, derr := protocol.Overlap(hashedPiece, func(b []byte) (int, error) {
+		if got == n {
+			return 0, io.EOF
+		}
+		b = b[:min(int64(len(b)), n-got)]
+		filled, empty := 0, 0
+		for filled < len(b) {
+			k, err := src.Read(b[filled:])
+			if k > 0 {
+				x.sum.Write(b[filled : filled+k]) // while the bytes are in the cache
+				filled += k
+				got += int64(k)
+				empty = 0
+			} else if err == nil {
+				if empty++; empty >= 100 {
+					err = io.ErrNoProgress
+				}
+			}
+			if err != nil {
+				serr = err
+				return filled, stop
+			}
+		}
+		if got == n {
+			return filled, io.EOF
+		}
+		return filled, nil
+	}, func(p []byte) error {
+		if err := x.write(p); err != nil {
+			return err
+		}
+		x.n += int64(len(p))
+		return nil
+	})
+	if derr != nil {
+		s.err = derr
+		if serr == nil && got < n {
+			return got, nil // the rest through Write, dropped
+		}
+	}
+	return got, serr
 }
 
 // fileFailed reports whether err, of a splice into a file, is the file's.
