@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/relayd/relayd/internal/protocol"
 )
 
 // File transfers (extension, protocol section 4.6, "Files").
@@ -231,7 +233,7 @@ func (c *Conn) putBody(ctx context.Context, path string, r io.Reader, n int64, o
 			}
 			return c.writeBody(&m, r, n, path)
 		}
-		return c.writeBody(&m, io.TeeReader(r, sum), n, path)
+		return c.writeBodyHashed(&m, r, sum, n, path)
 	})
 	if err := c.roundTrip(ctx, send, &call{want: kindStored, into: &t}, c.cfg.bound(time.Duration(math.MaxInt64))); err != nil {
 		return t, err
@@ -281,6 +283,67 @@ func (c *Conn) writeBody(msg any, r io.Reader, n int64, path string) error {
 		}
 		buf = buf[:0]
 	}
+}
+
+// hashedPiece is how much of a hashed body one goroutine reads and
+// hashes while the other writes or takes the piece before.
+const hashedPiece = 1 << 20
+
+// writeBodyHashed is writeBody with sum of the bytes: this goroutine
+// reads each piece of r and hashes it, while a second writes the piece
+// before to the connection (protocol.Overlap), so that on two CPUs the
+// hash and the socket's copy overlap.
+func (c *Conn) writeBodyHashed(msg any, r io.Reader, sum hash.Hash, n int64, path string) error {
+	line, err := json.Marshal(msg)
+	if err != nil {
+		return fmt.Errorf("client: encoding a request: %w", err)
+	}
+	if n == 0 || len(line) >= hashedPiece/2 {
+		return c.writeBody(msg, io.TeeReader(r, sum), n, path)
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	line = append(line, '\n')
+	left := n
+	var rerr error
+	stop := errors.New("the file to put ended early")
+	_, werr := protocol.Overlap(hashedPiece, func(b []byte) (int, error) {
+		filled := 0
+		if line != nil {
+			filled = copy(b, line) // the line goes with the first piece
+			line = nil
+		}
+		b = b[:filled+int(min(int64(len(b)-filled), left))]
+		for filled < len(b) {
+			k, err := io.ReadFull(r, b[filled:min(len(b), filled+bodyBytes)])
+			sum.Write(b[filled : filled+k])
+			filled += k
+			left -= int64(k)
+			if err != nil {
+				rerr = err
+				return filled, stop
+			}
+		}
+		if left == 0 {
+			return filled, io.EOF
+		}
+		return filled, nil
+	}, func(p []byte) error {
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.ReplyTimeout))
+		_, err := c.nc.Write(p)
+		return err
+	})
+	if werr != nil {
+		c.fail(fmt.Errorf("%w: writing a request: %v", ErrConnLost, werr))
+		return c.failure()
+	}
+	if rerr != nil {
+		// The body cannot be finished: dropping the connection is the
+		// only way to end it, and relayd then stores nothing.
+		c.fail(fmt.Errorf("%w: the file to put ended early", ErrClosed))
+		return fmt.Errorf("client: PutFile %s: reading: %d bytes short of the %d announced: %w", path, left, n, rerr)
+	}
+	return nil
 }
 
 // writeBodyFile is writeBody from a file without a digest: the line, then

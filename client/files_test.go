@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -140,5 +143,92 @@ func TestFilesBodies(t *testing.T) {
 	}
 	if _, err := c.PutFile(ctx, "chunked2", bytes.NewReader(data[:5000]), client.PutOptions{ChunkBytes: 1024, Chunks: true}); err != nil {
 		t.Fatalf("PutFile with Chunks: %v", err)
+	}
+}
+
+// lyingRelayd serves connections that list "body" and answer every get
+// with a raw body (protocol 4.6, "Bulk bodies") of body, followed by a
+// sent line whose sha256 is sent's (not the bytes'): a relayd, or a path
+// between, that changed the bytes or the digest.
+func lyingRelayd(t *testing.T, body []byte, sent string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadBytes('\n')
+					if err != nil {
+						return
+					}
+					var m struct {
+						Kind string `json:"kind"`
+						ID   int64  `json:"id"`
+					}
+					_ = json.Unmarshal(line, &m)
+					switch m.Kind {
+					case "ready":
+						fmt.Fprintf(c, `{"kind":"ready","id":%d,"protocol":1,"cwd":"/","scope":"process-group","extensions":["body"]}`+"\n", m.ID)
+					case "get":
+						fmt.Fprintf(c, `{"kind":"content","id":%d,"bytes":%d,"body":%d}`+"\n", m.ID, len(body), len(body))
+						c.Write(body)
+						fmt.Fprintf(c, `{"kind":"sent","id":%d,"sha256":"%s"}`+"\n", m.ID, sent)
+					default:
+						fmt.Fprintf(c, `{"kind":"error","id":%d,"error":{"category":"unknown-kind","message":"fake"}}`+"\n", m.ID)
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// A body get whose sent line's sha256 is not that of the bytes received
+// is ErrBadReply naming sha256, whatever the writer (a buffer, or a file,
+// which a get without a digest would splice into); the body was read
+// whole, so the second get on the connection is answered.
+func TestFilesSentDigestMismatch(t *testing.T) {
+	body := []byte("hello, body")
+	other := sha256.Sum256([]byte("hellO, body"))
+	addr := lyingRelayd(t, body, hex.EncodeToString(other[:]))
+	c, err := client.Dial(context.Background(), addr, "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var got bytes.Buffer
+	tr, err := c.GetFile(context.Background(), "x", "", &got)
+	if !errors.Is(err, client.ErrBadReply) || !strings.Contains(err.Error(), "sha256") {
+		t.Fatalf("GetFile whose sent sha256 differs from the bytes: %+v, %v; want ErrBadReply naming sha256", tr, err)
+	}
+	f, err := os.Create(filepath.Join(t.TempDir(), "got"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := c.GetFileWith(context.Background(), "x", f, client.GetOptions{Digest: client.DigestSHA256}); !errors.Is(err, client.ErrBadReply) {
+		t.Fatalf("GetFileWith into a file, sent sha256 wrong: %v; want ErrBadReply", err)
+	}
+	// The same bytes with their own sha256 check out.
+	right := sha256.Sum256(body)
+	addr = lyingRelayd(t, body, hex.EncodeToString(right[:]))
+	c2, err := client.Dial(context.Background(), addr, "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	got.Reset()
+	if tr, err := c2.GetFile(context.Background(), "x", "", &got); err != nil || got.String() != string(body) || tr.Sha256 != hex.EncodeToString(right[:]) {
+		t.Fatalf("GetFile with the right sent sha256: %q, %+v, %v; want the body", got.String(), tr, err)
 	}
 }

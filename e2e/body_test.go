@@ -170,6 +170,40 @@ func peerClosesInside(t *testing.T, digest string) {
 	writeAll(t, cl.c, append(line, '\n'))
 	writeAll(t, cl.c, randomBytes(20<<20, 1))
 	cl.c.Close()
+	leavesNothing(t, d)
+}
+
+// The same through relayd bridge: its stdin ends inside the body.
+func TestBodyPeerClosesInsideThroughBridge(t *testing.T) {
+	for _, digest := range []string{"sha256", "none"} {
+		t.Run(digest, func(t *testing.T) {
+			d := startRelayd(t, opts{})
+			b := hostBridge(t, d)
+			if r := b.request(msg{"kind": "ready"}); r["kind"] != "ready" {
+				t.Fatalf("ready through the bridge: %v", r)
+			}
+			line, _ := json.Marshal(msg{"token": d.token, "kind": "put", "id": 1, "path": "half", "body": 64 << 20, "digest": digest})
+			if _, err := b.in.Write(append(append(line, '\n'), randomBytes(20<<20, 1)...)); err != nil {
+				t.Fatalf("write to the bridge: %v", err)
+			}
+			b.in.Close()
+			if code, ok := b.exited(30 * time.Second); !ok || code != 0 {
+				t.Fatalf("bridge after its stdin ended inside a body: exited %v, code %d; want 0", ok, code)
+			}
+			leavesNothing(t, d)
+		})
+	}
+}
+
+// leavesNothing waits for relayd's workspace to be empty after a peer
+// left inside a put's body, then checks that relayd serves on.
+func leavesNothing(t *testing.T, d *daemon) {
+	t.Helper()
+	// relayd says so once it saw the end: before, an empty workspace
+	// could be one whose put was not yet begun.
+	waitFor(t, 30*time.Second, "relayd to abandon the put", func() bool {
+		return strings.Contains(d.logs.String(), "put abandoned")
+	})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ents, err := os.ReadDir(d.workspace)

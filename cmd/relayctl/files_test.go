@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -156,5 +160,110 @@ func TestPutGetDigestNone(t *testing.T) {
 	}
 	if got := relayctl(t, tok, "get", "--addr", r.Addr, "--digest", "md5", "f.bin", back); got.code == 0 || !strings.Contains(got.stderr, "--digest") {
 		t.Fatalf("get --digest md5: got %d, stderr %q; want a failure naming --digest", got.code, got.stderr)
+	}
+}
+
+// lyingRelayd answers relayctl's ready listing "body" and its get with a
+// raw body whose sent line carries another sha256 than the bytes', or
+// with cut, with a body line announcing more than the bytes that follow
+// before the connection closes.
+func lyingRelayd(t *testing.T, body []byte, cut bool) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	wrong := sha256.Sum256(append([]byte("not "), body...))
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadBytes('\n')
+					if err != nil {
+						return
+					}
+					var m struct {
+						Kind string `json:"kind"`
+						ID   int64  `json:"id"`
+					}
+					_ = json.Unmarshal(line, &m)
+					switch m.Kind {
+					case "ready":
+						fmt.Fprintf(c, `{"kind":"ready","id":%d,"protocol":1,"cwd":"/","scope":"process-group","extensions":["body"]}`+"\n", m.ID)
+					case "get":
+						n := len(body)
+						if cut {
+							n += 1 << 20
+						}
+						fmt.Fprintf(c, `{"kind":"content","id":%d,"bytes":%d,"body":%d}`+"\n", m.ID, n, n)
+						c.Write(body)
+						if cut {
+							return
+						}
+						fmt.Fprintf(c, `{"kind":"sent","id":%d,"sha256":"%x"}`+"\n", m.ID, wrong)
+					default:
+						fmt.Fprintf(c, `{"kind":"error","id":%d,"error":{"category":"unknown-kind","message":"fake"}}`+"\n", m.ID)
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// relayctl get fails, naming sha256, when relayd's sent line does not
+// match the bytes it received, and leaves the local file as it was, with
+// no temporary file beside it.
+func TestGetSentDigestMismatch(t *testing.T) {
+	addr := lyingRelayd(t, []byte("the bytes relayd sent\n"), false)
+	tok := []string{"RELAYD_TOKEN=0123456789abcdef0123456789abcdef"}
+	dir := t.TempDir()
+	local := filepath.Join(dir, "f")
+	if err := os.WriteFile(local, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := relayctl(t, tok, "get", "--addr", addr, "f", local)
+	if got.code == 0 || !strings.Contains(got.stderr, "sha256") {
+		t.Fatalf("get with a wrong sent sha256: got %d, stdout %q, stderr %q; want a failure naming sha256", got.code, got.stdout, got.stderr)
+	}
+	if b, _ := os.ReadFile(local); string(b) != "old" {
+		t.Fatalf("the local file holds %q after a failed get; want it as it was (old)", b)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("the directory holds %v after a failed get; want only the file that was there", ents)
+	}
+	if got := relayctl(t, tok, "get", "--addr", addr, "f", "-"); got.code == 0 || !strings.Contains(got.stderr, "sha256") {
+		t.Fatalf("get to stdout with a wrong sent sha256: got %d, stderr %q; want a failure naming sha256", got.code, got.stderr)
+	}
+}
+
+// A relayd that closes inside a get's body: relayctl get fails and
+// leaves the local file as it was, with nothing beside it.
+func TestGetPeerClosesInsideBody(t *testing.T) {
+	addr := lyingRelayd(t, bytes.Repeat([]byte("part of a body\n"), 1000), true)
+	tok := []string{"RELAYD_TOKEN=0123456789abcdef0123456789abcdef"}
+	dir := t.TempDir()
+	local := filepath.Join(dir, "f")
+	if err := os.WriteFile(local, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, digest := range []string{"sha256", "none"} {
+		got := relayctl(t, tok, "get", "--addr", addr, "--digest", digest, "f", local)
+		if got.code == 0 || !strings.Contains(got.stderr, "lost") {
+			t.Fatalf("get --digest %s from a relayd that closed inside the body: got %d, stdout %q, stderr %q; want a failure saying the connection was lost", digest, got.code, got.stdout, got.stderr)
+		}
+		if b, _ := os.ReadFile(local); string(b) != "old" {
+			t.Fatalf("the local file holds %d bytes after a cut get; want it as it was (old)", len(b))
+		}
+		if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+			t.Fatalf("the directory holds %v after a cut get; want only the file that was there", ents)
+		}
 	}
 }

@@ -142,6 +142,9 @@ func (s *bodySink) Write(p []byte) (int, error) {
 // Write); the stream's is returned.
 func (s *bodySink) ReadBodyFrom(src io.Reader, n int64) (int64, error) {
 	x := s.x
+	if s.err == nil && x.sum != nil && x.tree == nil {
+		return s.readHashed(src, n)
+	}
 	if _, ok := src.(syscall.Conn); !ok || s.err != nil || x.sum != nil || x.tree != nil {
 		return 0, nil
 	}
@@ -168,6 +171,65 @@ func (s *bodySink) ReadBodyFrom(src io.Reader, n int64) (int64, error) {
 		}
 	}
 	return got, nil
+}
+
+// hashedPiece is how much of a hashed body one goroutine reads and
+// hashes while the other writes the piece before (bodySink.readHashed).
+const hashedPiece = 1 << 20
+
+// readHashed is ReadBodyFrom with a sha256: this goroutine reads each
+// piece from the stream and hashes it as it comes, while a second writes
+// the piece before to the temporary file (protocol.Overlap), so that on
+// two CPUs the hash and the file's copy overlap. The bytes hashed are
+// those written. A failure of the file is kept as the sink's error (the
+// rest of the body is then dropped through Write); the stream's is
+// returned.
+func (s *bodySink) readHashed(src io.Reader, n int64) (int64, error) {
+	x := s.x
+	var got int64
+	var serr error
+	stop := errors.New("the stream failed")
+	_, derr := protocol.Overlap(hashedPiece, func(b []byte) (int, error) {
+		if got == n {
+			return 0, io.EOF
+		}
+		b = b[:min(int64(len(b)), n-got)]
+		filled, empty := 0, 0
+		for filled < len(b) {
+			k, err := src.Read(b[filled:])
+			if k > 0 {
+				x.sum.Write(b[filled : filled+k]) // while the bytes are in the cache
+				filled += k
+				got += int64(k)
+				empty = 0
+			} else if err == nil {
+				if empty++; empty >= 100 {
+					err = io.ErrNoProgress
+				}
+			}
+			if err != nil {
+				serr = err
+				return filled, stop
+			}
+		}
+		if got == n {
+			return filled, io.EOF
+		}
+		return filled, nil
+	}, func(p []byte) error {
+		if err := x.write(p); err != nil {
+			return err
+		}
+		x.n += int64(len(p))
+		return nil
+	})
+	if derr != nil {
+		s.err = derr
+		if serr == nil && got < n {
+			return got, nil // the rest through Write, dropped
+		}
+	}
+	return got, serr
 }
 
 // fileFailed reports whether err, of a splice into a file, is the file's.
@@ -783,13 +845,18 @@ func grewPast(f *os.File, n int64) bool {
 // end before n when both are nil) and the connection's (werr). With sum,
 // each piece is read into one buffer, hashed and written, so that the
 // sha256 is of the bytes sent, in the pass that sends them; without,
-// sendfile(2) copies the file's pages to a TCP socket (a Unix socket's
-// conn has no io.ReaderFrom: the buffer, unhashed). Each piece has its
-// own write deadline.
+// sendfile(2) copies the file's pages to the socket, TCP or Unix (the
+// bridge's), not through relayd's memory. Each piece has its own write
+// deadline.
 func (cn *conn) sendBody(f *os.File, n int64, sum hash.Hash) (sent int64, rerr, werr error) {
 	if sum == nil {
 		if rf, ok := cn.c.(io.ReaderFrom); ok {
 			return cn.sendFile(rf, f, n)
+		}
+		if sc, ok := cn.c.(syscall.Conn); ok {
+			if rc, err := sc.SyscallConn(); err == nil {
+				return cn.sendFileRaw(rc, f, n)
+			}
 		}
 	}
 	buf := make([]byte, min(int64(bodyBufBytes), max(n, 1)))
@@ -840,6 +907,55 @@ func (cn *conn) sendFile(rf io.ReaderFrom, f *os.File, n int64) (sent int64, rer
 	}
 	return sent, nil, nil
 }
+
+// sendFileRaw is sendFile for a socket whose conn has no io.ReaderFrom
+// (a Unix socket's: the bridge's): sendfile(2) from f's offsets straight
+// to the socket's descriptor, waiting in the poller when the socket is
+// full, each piece of sendFilePiece with its own write deadline. A
+// failed sendfile cannot tell the file's error from the socket's: both
+// are the connection's, which closes it.
+func (cn *conn) sendFileRaw(rc syscall.RawConn, f *os.File, n int64) (sent int64, rerr, werr error) {
+	in := int(f.Fd())
+	for sent < n {
+		piece := min(sendFilePiece, n-sent)
+		_ = cn.c.SetWriteDeadline(time.Now().Add(cn.srv.cfg.WriteTimeout))
+		var serr error
+		var ended bool
+		off, end := sent, sent+piece
+		err := rc.Write(func(out uintptr) bool {
+			for off < end {
+				k, err := sendfile(int(out), in, &off, int(min(end-off, 1<<30)))
+				switch {
+				case err == unix.EAGAIN:
+					return false // the socket is full: wait in the poller
+				case err == unix.EINTR:
+					continue
+				case err != nil:
+					serr = err
+					return true
+				case k == 0:
+					ended = true // the file ended early
+					return true
+				}
+			}
+			return true
+		})
+		sent = off
+		if err == nil {
+			err = serr
+		}
+		if err != nil {
+			return sent, nil, err
+		}
+		if ended {
+			return sent, nil, nil
+		}
+	}
+	return sent, nil, nil
+}
+
+// sendfile is sendfile(2) (a test counts what it sends).
+var sendfile = unix.Sendfile
 
 // sendZeros makes up a body whose file ended early with n zero bytes, so
 // that the stream stays in step.

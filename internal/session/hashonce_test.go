@@ -1,11 +1,15 @@
 package session
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"hash"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -228,6 +232,70 @@ func TestGetFileChangedWhileSent(t *testing.T) {
 		}
 		if _, err := c.Ready(ctx); err != nil {
 			t.Fatalf("digest %q: the next request after ErrFailed: %v", digest, err)
+		}
+	}
+}
+
+// Through a Unix socket (the bridge's), a get with "digest":"none" goes
+// by sendfile(2) as on TCP, not through relayd's buffer: every byte of
+// the body is one sendfile sent, the sizes at the buffer's edges too.
+func TestBodyDigestNoneUnixSendfile(t *testing.T) {
+	var sentBytes atomic.Int64
+	was := sendfile
+	sendfile = func(out, in int, off *int64, count int) (int, error) {
+		k, err := was(out, in, off, count)
+		if k > 0 {
+			sentBytes.Add(int64(k))
+		}
+		return k, err
+	}
+	defer func() { sendfile = was }()
+
+	ws := t.TempDir()
+	srv := New(Config{
+		Token: []byte(testToken), Workspace: ws, Version: "test",
+		TermGrace: time.Second, TeardownTimeout: 3 * time.Second, WriteTimeout: 5 * time.Second,
+		MaxLineBytes: 1 << 20, MaxStdoutBytes: 1 << 20, MaxFileBytes: 64 << 20, BaseEnv: env.Base(os.Environ()),
+		Shims: testShims, Log: zerolog.Nop(),
+	})
+	ln, err := net.Listen("unix", filepath.Join(t.TempDir(), "relayd.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(srv.Shutdown)
+	c, err := net.Dial("unix", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Minute))
+	r := bufio.NewReader(c)
+	for i, n := range []int{0, 1, bodyBufBytes, bodyBufBytes + 1, 3<<20 + 12345} {
+		data := make([]byte, n)
+		rand.NewChaCha8([32]byte{byte(i), 46}).Read(data)
+		name := fmt.Sprintf("f%d", n)
+		if err := os.WriteFile(filepath.Join(ws, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, `{"token":%q,"kind":"get","id":%d,"path":%q,"body":true,"digest":"none"}`+"\n", testToken, i+1, name)
+		var head struct {
+			Kind string
+			Body *int64
+		}
+		line, err := r.ReadBytes('\n')
+		if err != nil || json.Unmarshal(line, &head) != nil || head.Kind != "content" || head.Body == nil || *head.Body != int64(n) {
+			t.Fatalf("get of %d bytes through a Unix socket: %q, %v; want content with body %d", n, line, err, n)
+		}
+		got := make([]byte, n)
+		if _, err := io.ReadFull(r, got); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("the body of %d bytes through a Unix socket differs (%v)", n, err)
+		}
+		if line, err := r.ReadBytes('\n'); err != nil || !bytes.Contains(line, []byte(`"kind":"sent"`)) || bytes.Contains(line, []byte("sha256")) {
+			t.Fatalf("after a body of %d bytes: %q, %v; want sent without a sha256", n, line, err)
+		}
+		if k := sentBytes.Swap(0); k != int64(n) {
+			t.Errorf("a get of %d bytes without a digest through a Unix socket: sendfile sent %d; want all of them", n, k)
 		}
 	}
 }

@@ -2,19 +2,25 @@
 the real relayd, sync and async: the sent line's sha256 is checked, a file
 that changed while relayd sent it raises FailedError with the connection
 serving on, digest="none" computes none on either side, and
-download_file_as leaves no part of a file behind."""
+download_file_as leaves no part of a file behind; and, against a fake
+relayd, a sent line whose sha256 is not the bytes' fails the get."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import hashlib
+import io
+import json
 import os
+import socket
+import tempfile
+import threading
 import unittest
-from typing import IO, Any, Iterator
+from typing import IO, Any, Iterator, List
 from unittest import mock
 
-from relayd_client import AsyncClient, Client, FailedError, _files
+from relayd_client import AsyncClient, Client, FailedError, UnexpectedReplyError, _files
 from relayd_fixture import RelaydTest
 
 BUF = 256 << 10  # relayd's body buffer
@@ -152,6 +158,99 @@ class DigestTest(RelaydTest):
                 self.assertEqual(f.read(), b"old")
             self.assertEqual(c.execute("true").exit_code, 0)
         self.assertEqual(d.stop(), 0)
+
+
+class LyingRelayd:
+    """A loopback relayd that lists "body" and answers every get with a
+    raw body of ``body`` followed by a sent line whose sha256 is not the
+    bytes': what a relayd, or a path between, that changed either looks
+    like. Any number of connections, one thread each."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.wrong = hashlib.sha256(b"not " + body).hexdigest()
+        self._srv = socket.create_server(("127.0.0.1", 0))
+        self._srv.settimeout(0.2)
+        self.addr = "127.0.0.1:%d" % self._srv.getsockname()[1]
+        self._stop = threading.Event()
+        self._threads: List[threading.Thread] = []
+        t = threading.Thread(target=self._accept)
+        t.start()
+        self._threads.append(t)
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._srv.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            t = threading.Thread(target=self._serve, args=(conn,))
+            t.start()
+            self._threads.append(t)
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn, conn.makefile("rb") as r:
+            conn.settimeout(10)
+            for line in r:
+                m = json.loads(line)
+                i = m.get("id")
+                if m.get("kind") == "ready":
+                    out = {"kind": "ready", "id": i, "protocol": 1, "cwd": "/", "scope": "process-group", "extensions": ["body"]}
+                    conn.sendall(json.dumps(out).encode() + b"\n")
+                elif m.get("kind") == "get":
+                    n = len(self.body)
+                    conn.sendall(json.dumps({"kind": "content", "id": i, "bytes": n, "body": n}).encode() + b"\n" + self.body +
+                                 json.dumps({"kind": "sent", "id": i, "sha256": self.wrong}).encode() + b"\n")
+                else:
+                    err = {"kind": "error", "id": i, "error": {"category": "unknown-kind", "message": "fake"}}
+                    conn.sendall(json.dumps(err).encode() + b"\n")
+
+    def __enter__(self) -> "LyingRelayd":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._srv.close()
+        for t in self._threads:
+            t.join(15)
+
+
+class SentMismatchTest(unittest.TestCase):
+    """A sent line whose sha256 is not that of the bytes received fails the
+    get with UnexpectedReplyError naming sha256, sync and async, whatever
+    the get's destination, and download_file_as leaves the local file as
+    it was."""
+
+    def test_sent_mismatch(self) -> None:
+        body = data_of(BUF + 1)
+        d = tempfile.TemporaryDirectory(prefix="relayd-sent-")
+        self.addCleanup(d.cleanup)
+        tmp = d.name
+        local = os.path.join(tmp, "f")
+        with open(local, "wb") as f:
+            f.write(b"old")
+        with LyingRelayd(body) as fake:
+            with Client(fake.addr, "t") as c:
+                with self.assertRaisesRegex(UnexpectedReplyError, "sha256"):
+                    c.download_file("x")
+                with self.assertRaisesRegex(UnexpectedReplyError, "sha256"):
+                    c.download_file_to("x", io.BytesIO())
+                with self.assertRaisesRegex(UnexpectedReplyError, "sha256"):
+                    c.download_file_as("x", local)
+
+            async def run() -> None:
+                async with AsyncClient(fake.addr, "t") as a:
+                    with self.assertRaisesRegex(UnexpectedReplyError, "sha256"):
+                        await a.download_file("x")
+                    with self.assertRaisesRegex(UnexpectedReplyError, "sha256"):
+                        await a.download_file_as("x", local)
+
+            asyncio.run(run())
+        self.assertEqual(sorted(os.listdir(tmp)), ["f"])
+        with open(local, "rb") as f:
+            self.assertEqual(f.read(), b"old")
 
 
 if __name__ == "__main__":
