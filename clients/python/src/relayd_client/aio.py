@@ -477,14 +477,45 @@ class AsyncClient:
         """As Client.upload_dir: a tar file (made in a thread) over put,
         unpacked on relayd's side by relayd itself when it serves "tree",
         else by ``tar``; ``links="keep"`` keeps every symbolic link."""
-        await _dirs.upload_dir_async(self, local_dir, remote_dir, user=user, timeout=timeout, links=links)
+        await self._drive(_dirs.upload_dir(local_dir, remote_dir, user=user, timeout=timeout, links=links))
 
     async def download_dir(self, remote_dir: str, local_dir: str, *, user: Optional[str] = None,
                            timeout: Optional[float] = None, links: Optional[str] = None) -> None:
         """As Client.download_dir: a tar file over get, unpacked here in a
         thread; ``links="keep"`` keeps every symbolic link, and nothing is
         written through one."""
-        await _dirs.download_dir_async(self, remote_dir, local_dir, user=user, timeout=timeout, links=links)
+        await self._drive(_dirs.download_dir(remote_dir, local_dir, user=user, timeout=timeout, links=links))
+
+    async def _drive(self, plan: _dirs.Plan) -> None:
+        """Runs a plan of the core (_dirs) with this client's I/O; its
+        blocking local steps (tar) in a thread."""
+        value: Any = None
+        exc: Optional[BaseException] = None
+        while True:
+            op = _dirs.step(plan, value, exc)
+            if op is None:
+                return
+            value, exc = None, None
+            try:
+                value = await self._do(op)
+            except BaseException as e:
+                exc = e
+
+    async def _do(self, op: _dirs.Op) -> Any:
+        """What one request of a plan asks, done."""
+        if isinstance(op, _dirs.Serves):
+            return await self._serves(op.extension, op.timeout)
+        if isinstance(op, _dirs.Shell):
+            return await self.execute("sh", ["-c", op.script, "sh", *op.args], user=op.user, capture_stderr=True,
+                                      timeout=op.timeout)
+        if isinstance(op, _dirs.Put):
+            if op.tar:
+                return await self._upload_body(op.path, op.f, op.size, None, op.user, True, op.timeout, fmt="tar",
+                                               links=op.links)
+            return await self.upload_file(op.path, op.f, mode=op.mode, user=op.user, timeout=op.timeout)
+        if isinstance(op, _dirs.Get):
+            return await self._download(op.path, op.f, op.user, op.timeout, fmt=op.fmt)
+        return await asyncio.get_running_loop().run_in_executor(None, op.fn, *op.args)
 
     async def download_file(self, path: str, *, user: Optional[str] = None, timeout: Optional[float] = None,
                             digest: Optional[str] = None) -> bytes:

@@ -566,7 +566,7 @@ class Client:
         it is, whatever its target (a virtual environment's link to
         /usr/bin/python3), as docker cp keeps it. Nothing is ever written
         through a link. ``links`` other than None or "keep": ValueError."""
-        _dirs.upload_dir(self, local_dir, remote_dir, user=user, timeout=timeout, links=links)
+        self._drive(_dirs.upload_dir(local_dir, remote_dir, user=user, timeout=timeout, links=links))
 
     def download_dir(self, remote_dir: str, local_dir: str, *, user: Optional[str] = None,
                      timeout: Optional[float] = None, links: Optional[str] = None) -> None:
@@ -578,7 +578,35 @@ class Client:
         (DirectoryError). By default a link that leads outside
         ``local_dir`` is refused too; with ``links="keep"`` every link is
         kept as it is, whatever its target, as docker cp keeps it."""
-        _dirs.download_dir(self, remote_dir, local_dir, user=user, timeout=timeout, links=links)
+        self._drive(_dirs.download_dir(remote_dir, local_dir, user=user, timeout=timeout, links=links))
+
+    def _drive(self, plan: _dirs.Plan) -> None:
+        """Runs a plan of the core (_dirs) with this client's I/O."""
+        value: Any = None
+        exc: Optional[BaseException] = None
+        while True:
+            op = _dirs.step(plan, value, exc)
+            if op is None:
+                return
+            value, exc = None, None
+            try:
+                value = self._do(op)
+            except BaseException as e:
+                exc = e
+
+    def _do(self, op: _dirs.Op) -> Any:
+        """What one request of a plan asks, done."""
+        if isinstance(op, _dirs.Serves):
+            return self._serves(op.extension, op.timeout)
+        if isinstance(op, _dirs.Shell):
+            return self.execute("sh", ["-c", op.script, "sh", *op.args], user=op.user, capture_stderr=True, timeout=op.timeout)
+        if isinstance(op, _dirs.Put):
+            if op.tar:
+                return self._upload_body(op.path, op.f, op.size, None, op.user, True, op.timeout, fmt="tar", links=op.links)
+            return self.upload_file(op.path, op.f, mode=op.mode, user=op.user, timeout=op.timeout)
+        if isinstance(op, _dirs.Get):
+            return self._download(op.path, op.f, op.user, op.timeout, fmt=op.fmt)
+        return op.fn(*op.args)
 
     def download_file(self, path: str, *, user: Optional[str] = None, timeout: Optional[float] = None,
                       digest: Optional[str] = None) -> bytes:
