@@ -152,9 +152,7 @@ class AsyncClient:
                 await proc.wait()
 
     async def ready(self, *, timeout: Optional[float] = None) -> Ready:
-        r = await self._call({"kind": "ready"}, "ready", self.reply_timeout if timeout is None else timeout)
-        assert isinstance(r, Ready)
-        return r
+        return await self._call(_wire.ready_request(self, timeout))
 
     async def execute(
         self,
@@ -194,19 +192,16 @@ class AsyncClient:
             stream=stream, on_exit=on_exit, detach_ms=detach_ms, input=input, user=user,
             max_output_bytes=max_output_bytes, output_keep=output_keep, pty=pty, limits=limits,
         )
-        wait = _wire.execute_wait(timeout_ms, self.teardown_budget, timeout)
-        return await self._execute(msg, wait, stdin, on_output, on_started)
+        return await self._execute(_wire.execute_request(self, msg, timeout_ms, timeout), stdin, on_output, on_started)
 
-    async def _execute(self, msg: Dict[str, Any], wait: Optional[float], stdin: Optional[AsyncStdinSource],
+    async def _execute(self, req: _wire.Request[Executed], stdin: Optional[AsyncStdinSource],
                        on_output: Optional[OnOutput], on_started: Optional[OnStarted]) -> Executed:
         """Sends an execute (a session's too) and waits for its executed
         reply, with a task that sends stdin meanwhile."""
         if stdin is None:
-            r = await self._call(msg, "executed", wait, on_output, on_started)
-            assert isinstance(r, Executed)
-            return r
+            return await self._call(req, on_output, on_started)
         _wire.check_stdin(stdin)
-        msg["stdin"] = True
+        req.msg["stdin"] = True
         named: "asyncio.Future[str]" = asyncio.get_running_loop().create_future()
 
         def started(x: str) -> None:
@@ -217,14 +212,13 @@ class AsyncClient:
 
         pump = asyncio.get_running_loop().create_task(self._pump_stdin(stdin, named))
         try:
-            r = await self._call(msg, "executed", wait, on_output, started)
+            r = await self._call(req, on_output, started)
         except BaseException:
             err = await _end(pump)
             if err is not None:
                 raise err
             raise
         await _end(pump)
-        assert isinstance(r, Executed)
         return r
 
     async def _pump_stdin(self, source: AsyncStdinSource, named: "asyncio.Future[str]") -> None:
@@ -266,65 +260,44 @@ class AsyncClient:
     async def attach(self, execution: str, *, timeout: Optional[float] = None,
                      on_output: Optional[OnOutput] = None) -> Executed:
         """As Client.attach."""
-        r = await self._call({"kind": "attach", "execution": execution}, "executed", timeout, on_output)
-        assert isinstance(r, Executed)
-        return r
+        return await self._call(_wire.attach_request(execution, timeout), on_output)
 
     async def verify(self, *, all: bool = False, survivors: Optional[str] = None, keep: Sequence[KeepEntry] = (),
                      files: Optional[BoundaryFilesSpec] = None, timeout: Optional[float] = None) -> Verified:
         """As Client.verify: this connection's boundary (protocol 4.3);
         ``all=True`` is boundary(). ``keep`` holds survivors, or
         ``(pid, start)`` pairs, never bare pids."""
-        msg = _wire.verify_message(all, survivors, keep, files)
-        wait = timeout if timeout is not None else self.reply_timeout + self.teardown_budget * (2 if all else 1)
-        if files is not None and timeout is None:
-            wait += _wire.FS_REPLY_TIMEOUT
-        r = await self._call(msg, "verified", wait)
-        assert isinstance(r, Verified)
-        return r
+        return await self._call(_wire.verify_request(self, all, survivors, keep, files, timeout))
 
     async def boundary(self, *, survivors: Optional[str] = None, keep: Sequence[KeepEntry] = (),
                        files: Optional[BoundaryFilesSpec] = None, timeout: Optional[float] = None) -> Verified:
         """As Client.boundary: the trial boundary (protocol 4.6), with
         ``files`` its filesystem half (4.9)."""
-        msg = _wire.verify_message(True, survivors, keep, files)
-        wait = timeout if timeout is not None else self.reply_timeout + self.teardown_budget * 2
-        if files is not None and timeout is None:
-            wait += _wire.FS_REPLY_TIMEOUT
-        r = await self._call(msg, "verified", wait)  # not through verify(): a warning points at the caller's line
-        assert isinstance(r, Verified)
-        return r
+        # not through verify(): a warning points at the caller's line
+        return await self._call(_wire.verify_request(self, True, survivors, keep, files, timeout))
 
     async def status(self, *, timeout: Optional[float] = None) -> Status:
         """As Client.status: look without touching (protocol 4.6)."""
-        r = await self._call({"kind": "status"}, "status", self.reply_timeout if timeout is None else timeout)
-        assert isinstance(r, Status)
-        return r
+        return await self._call(_wire.status_request(self, timeout))
 
     # -- the filesystem half of the boundary (protocol 4.9) --
 
     async def mark(self, name: str, paths: Paths, exclude: Optional[Paths] = None, keep: Optional[Paths] = None, *,
                    timeout: Optional[float] = None) -> Marked:
         """As Client.mark: record the entries under ``paths``, keep the content under ``keep``."""
-        r = await self._call(_wire.mark_message(name, paths, exclude, keep), "marked", self._fs_wait(timeout))
-        assert isinstance(r, Marked)
-        return r
+        return await self._call(_wire.mark_request(self, name, paths, exclude, keep, timeout))
 
     async def changes(self, mark: str, paths: Optional[Paths] = None, *, timeout: Optional[float] = None) -> Changes:
         """As Client.changes: what differs from ``mark``, touching nothing."""
-        r = await self._call(_wire.mark_use_message("changes", mark, paths), "changes", self._fs_wait(timeout))
-        assert isinstance(r, Changes)
-        return r
+        return await self._call(_wire.changes_request(self, mark, paths, timeout))
 
     async def restore(self, mark: str, paths: Optional[Paths] = None, *, timeout: Optional[float] = None) -> Restored:
         """As Client.restore: ``paths`` (default: every kept subtree) put back as marked."""
-        r = await self._call(_wire.mark_use_message("restore", mark, paths), "restored", self._fs_wait(timeout))
-        assert isinstance(r, Restored)
-        return r
+        return await self._call(_wire.restore_request(self, mark, paths, timeout))
 
     async def unmark(self, name: str, *, timeout: Optional[float] = None) -> None:
         """As Client.unmark: free the mark ``name``."""
-        await self._call({"kind": "unmark", "name": name}, "unmarked", self._fs_wait(timeout), raw=True)
+        await self._call(_wire.unmark_request(self, name, timeout))
 
     async def recycle(self, mark: str, *, timeout: Optional[float] = None) -> Recycled:
         """As Client.recycle: the boundary settling every survivor, then a
@@ -332,27 +305,19 @@ class AsyncClient:
         v = await self.boundary(survivors="settle", timeout=timeout)
         return Recycled(boundary=v, restored=await self.restore(mark, timeout=timeout))
 
-    def _fs_wait(self, timeout: Optional[float]) -> float:
-        return self.reply_timeout + _wire.FS_REPLY_TIMEOUT if timeout is None else timeout
-
     async def session(self, *, shell: Optional[str] = None, user: Optional[str] = None, cwd: Optional[str] = None,
                       environment: Optional[Mapping[str, str]] = None, credentials: Optional[Mapping[str, str]] = None,
                       limits: Optional[Mapping[str, int]] = None, timeout: Optional[float] = None) -> "AsyncSession":
         """Client.session(), awaited: ``async with await c.session() as sh:``."""
-        msg = _wire.open_message(shell, user, cwd, environment, credentials, limits)
-        r = await self._call(msg, "opened", self.reply_timeout if timeout is None else timeout, raw=True)
-        assert isinstance(r, dict)
-        return AsyncSession(self, str(r.get("session", "")), str(r.get("shell", "")), str(r.get("cwd", "")))
+        r = await self._call(_wire.open_request(self, shell, user, cwd, environment, credentials, limits, None, timeout))
+        return AsyncSession(self, *_wire.opened(r))
 
     def attach_session(self, name: str) -> "AsyncSession":
         """The open session ``name``, used through this connection."""
         return AsyncSession(self, name, "", "")
 
     async def request(self, message: Mapping[str, Any], *, timeout: Optional[float] = None) -> Dict[str, Any]:
-        kind = str(message.get("kind", ""))
-        r = await self._call(dict(message), _wire.WANT.get(kind, kind), timeout, raw=True)
-        assert isinstance(r, dict)
-        return r
+        return await self._call(_wire.any_request(message, timeout))
 
     _upload_lock: Optional[asyncio.Lock] = None  # one put at a time: relayd has one transfer per connection
 
@@ -564,25 +529,18 @@ class AsyncClient:
 
     # -- machinery --
 
-    async def _call(
-        self,
-        msg: Dict[str, Any],
-        want: str,
-        wait: Optional[float],
-        on_output: Optional[OnOutput] = None,
-        on_started: Optional[OnStarted] = None,
-        raw: bool = False,
-    ) -> _wire.Reply:
+    async def _call(self, req: _wire.Request[_wire.T], on_output: Optional[OnOutput] = None,
+                    on_started: Optional[OnStarted] = None) -> _wire.T:
         id = self._next_id
         self._next_id += 1
-        call = _wire.Call(id, want, on_output, on_started)
+        call = _wire.Call(id, req.want, on_output, on_started)
         try:
-            r = await self._exchange(_wire.encode({"token": self._token, **msg, "id": id}), call, wait, raw)
+            r = await self._exchange(_wire.encode({"token": self._token, **req.msg, "id": id}), call, req.wait, req.raw)
         except ProtocolError:
-            _wire.warn_ignored(call, str(msg.get("kind")))
+            _wire.warn_ignored(call, str(req.msg.get("kind")))
             raise
-        _wire.warn_ignored(call, str(msg.get("kind")))
-        return r
+        _wire.warn_ignored(call, str(req.msg.get("kind")))
+        return req.of(r)
 
     async def _exchange(self, line: bytes, call: _wire.Call, wait: Optional[float], raw: bool = False) -> _wire.Reply:
         if self._lost is not None:
@@ -729,20 +687,15 @@ class AsyncSession:
                   stream: Optional[bool] = None, stdin: Optional[AsyncStdinSource] = None,
                   on_output: Optional[OnOutput] = None, on_started: Optional[OnStarted] = None) -> Executed:
         """Session.run(), awaited; ``stdin`` as AsyncClient.execute's."""
-        msg = _wire.run_message(self.name, script, timeout_ms, input, max_output_bytes)
-        if stream is not None:
-            msg["stream"] = stream
-        wait = _wire.execute_wait(timeout_ms, 2 * self.client.teardown_budget, timeout)
-        r = await self.client._execute(msg, wait, stdin, on_output, on_started)
+        req = _wire.run_request(self.client, self.name, script, timeout_ms, input, max_output_bytes, stream, timeout)
+        r = await self.client._execute(req, stdin, on_output, on_started)
         if r.cwd:
             self.cwd = r.cwd
         return r
 
     async def close(self, *, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Session.close(), awaited."""
-        wait = timeout if timeout is not None else self.client.reply_timeout + self.client.teardown_budget
-        r = await self.client._call({"kind": "close", "session": self.name}, "closed", wait, raw=True)
-        assert isinstance(r, dict)
+        r = await self.client._call(_wire.close_request(self.client, self.name, timeout))
         return r
 
 
