@@ -25,6 +25,7 @@ imports neither client."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import secrets
@@ -33,7 +34,7 @@ import stat
 import tarfile
 import tempfile
 from dataclasses import dataclass
-from typing import IO, Any, Callable, Generator, List, Optional, Tuple, Union
+from typing import IO, Any, Callable, Generator, Iterator, List, Optional, Tuple, Union
 
 from . import _files
 from .errors import ProtocolError, RelaydError
@@ -152,13 +153,36 @@ Op = Union[Serves, Shell, Put, Get, Local]
 Plan = Generator[Op, Any, None]
 
 
-def step(plan: Plan, value: Any, exc: Optional[BaseException]) -> Optional[Op]:
-    """The plan's next request, given the last one's result (or exception):
-    None when the plan is done."""
-    try:
-        return plan.throw(exc) if exc is not None else plan.send(value)
-    except StopIteration:
-        return None
+class Driver:
+    """Steps a plan for a client::
+
+        d = Driver(plan)
+        while (op := d.next()) is not None:
+            with d.doing():
+                d.value = do(op)  # or await do(op)
+
+    what doing() catches is thrown into the plan, which may handle it."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.value: Any = None
+        self.exc: Optional[BaseException] = None
+
+    def next(self) -> Optional[Op]:
+        """The plan's next request, given the last one's result (or
+        exception): None when the plan is done."""
+        value, exc, self.value, self.exc = self.value, self.exc, None, None
+        try:
+            return self.plan.throw(exc) if exc is not None else self.plan.send(value)
+        except StopIteration:
+            return None
+
+    @contextlib.contextmanager
+    def doing(self) -> Iterator[None]:
+        try:
+            yield
+        except BaseException as e:
+            self.exc = e
 
 
 def _run(script: str, *args: str, user: Optional[str], timeout: Optional[float]) -> Generator[Op, Any, str]:

@@ -454,17 +454,10 @@ class AsyncClient:
     async def _drive(self, plan: _dirs.Plan) -> None:
         """Runs a plan of the core (_dirs) with this client's I/O; its
         blocking local steps (tar) in a thread."""
-        value: Any = None
-        exc: Optional[BaseException] = None
-        while True:
-            op = _dirs.step(plan, value, exc)
-            if op is None:
-                return
-            value, exc = None, None
-            try:
-                value = await self._do(op)
-            except BaseException as e:
-                exc = e
+        d = _dirs.Driver(plan)
+        while (op := d.next()) is not None:
+            with d.doing():
+                d.value = await self._do(op)
 
     async def _do(self, op: _dirs.Op) -> Any:
         """What one request of a plan asks, done."""
@@ -506,15 +499,8 @@ class AsyncClient:
                         fmt: Optional[str] = None, digest: Optional[str] = None) -> FileInfo:
         """download_file_to, or with fmt "tar" the directory path packed by relayd."""
         hashing = _files.wants_digest(digest)
-        msg: Dict[str, Any] = {"kind": "get", "path": path}
-        if user is not None:
-            msg["user"] = user
-        if not hashing:
-            msg["digest"] = _files.NONE
-        if fmt is not None:
-            msg["format"] = fmt  # in chunks: packed once, a tree changing meanwhile is relayd's error, not a cut body
-        elif await self._serves(_files.BODY, timeout):
-            msg["body"] = True  # the reader takes the raw body (_read_loop)
+        # with body, the reader takes the raw body (_read_loop)
+        msg = _files.get_message(path, user, hashing, fmt, fmt is None and await self._serves(_files.BODY, timeout))
         id = self._next_id
         self._next_id += 1
         call = _files.ContentCall(id, out, hashing, reader_first=True)

@@ -549,17 +549,10 @@ class Client:
 
     def _drive(self, plan: _dirs.Plan) -> None:
         """Runs a plan of the core (_dirs) with this client's I/O."""
-        value: Any = None
-        exc: Optional[BaseException] = None
-        while True:
-            op = _dirs.step(plan, value, exc)
-            if op is None:
-                return
-            value, exc = None, None
-            try:
-                value = self._do(op)
-            except BaseException as e:
-                exc = e
+        d = _dirs.Driver(plan)
+        while (op := d.next()) is not None:
+            with d.doing():
+                d.value = self._do(op)
 
     def _do(self, op: _dirs.Op) -> Any:
         """What one request of a plan asks, done."""
@@ -610,15 +603,7 @@ class Client:
                   fmt: Optional[str] = None, digest: Optional[str] = None) -> FileInfo:
         """download_file_to, or with fmt "tar" the directory path packed by relayd."""
         hashing = _files.wants_digest(digest)
-        msg: Dict[str, Any] = {"kind": "get", "path": path}
-        if user is not None:
-            msg["user"] = user
-        if not hashing:
-            msg["digest"] = _files.NONE
-        if fmt is not None:
-            msg["format"] = fmt  # in chunks: packed once, a tree changing meanwhile is relayd's error, not a cut body
-        elif self._serves(_files.BODY, timeout):
-            msg["body"] = True
+        msg = _files.get_message(path, user, hashing, fmt, fmt is None and self._serves(_files.BODY, timeout))
         with self._lock:
             id = self._next_id
             self._next_id += 1
