@@ -91,6 +91,20 @@ def decode(line: bytes) -> Dict[str, Any]:
     return msg
 
 
+def hello(line: bytes) -> Optional[Tuple[str, Dict[str, Any]]]:
+    """A dialling relayd's first line (listen mode): its token and its
+    ready without it (the client's own token from there on, not its
+    replies'), or None for anything else (the peer is dropped)."""
+    try:
+        msg = decode(line)
+    except UnexpectedReplyError:
+        return None
+    token = msg.pop("token", None)
+    if msg["kind"] != "ready" or not isinstance(token, str):
+        return None
+    return token, msg
+
+
 def check_token(msg: Dict[str, Any], token: str) -> None:
     """relayd's messages carry the token on an authenticated connection; a
     different one means this is not the relayd the controller meant. The

@@ -828,10 +828,9 @@ class AsyncListener:
             if not await self._take_slot(task, writer.transport):
                 return
             try:
-                line = await asyncio.wait_for(self._read_hello(reader), self.handshake_timeout)
-                msg = _wire.decode(line)
+                h = _wire.hello(await asyncio.wait_for(self._read_hello(reader), self.handshake_timeout))
             except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError,
-                    UnexpectedReplyError, _LongHelloRefused):
+                    _LongHelloRefused):
                 return
             except asyncio.CancelledError:
                 if task not in self._evicted:
@@ -840,9 +839,9 @@ class AsyncListener:
             finally:
                 self._reading.pop(task, None)
                 self._evicted.discard(task)
-            token = msg.pop("token", None)  # the client's own from here on, not its replies'
-            if msg["kind"] != "ready" or not isinstance(token, str):
+            if h is None:
                 return
+            token, msg = h
             c = AsyncClient("", token, teardown_budget=self.teardown_budget)
             c.first_ready = Ready._parse(msg)
             c._attach(reader, writer)

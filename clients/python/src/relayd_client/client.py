@@ -1111,15 +1111,11 @@ class Listener:
         if i > _wire.MAX_REPLY_LINE:
             self._drop(sock)
             return
-        try:
-            msg = _wire.decode(bytes(buf[: i + 1]))
-        except UnexpectedReplyError:
+        h = _wire.hello(bytes(buf[: i + 1]))
+        if h is None:
             self._drop(sock)
             return
-        token = msg.pop("token", None)  # the Client's own from here on, not its replies'
-        if msg["kind"] != "ready" or not isinstance(token, str):
-            self._drop(sock)
-            return
+        token, msg = h
         self._end_hello(sock)
         self._ready.append(_Held(token, sock, msg, bytes(buf[i + 1 :]), time.monotonic() + self.hold_timeout))
 
