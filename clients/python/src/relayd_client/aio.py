@@ -350,11 +350,11 @@ class AsyncClient:
             self._write_lock = asyncio.Lock()
         return self._write_lock
 
-    async def _upload_body(self, path: str, data: _files.Source, size: int, mode: Optional[int], user: Optional[str],
-                           parents: bool, timeout: Optional[float], fmt: Optional[str] = None,
-                           links: Optional[str] = None, digest: Optional[str] = None) -> FileInfo:
-        """As Client._upload_body: the put's line, then its raw body, with
-        no other line between them."""
+    def _put_call(self, digest: Optional[str]) -> Tuple[asyncio.StreamWriter, _files.Tally, _wire.Call,
+                                                        "asyncio.Future[_wire.Reply]"]:
+        """A put's start: the writer (ConnectionLostError when the
+        connection is closed), the tally of its bytes, and its call,
+        registered with the future of its reply."""
         writer = self._writer
         if self._lost is not None or writer is None:
             raise ConnectionLostError("this relayd connection is closed")
@@ -364,6 +364,15 @@ class AsyncClient:
         call = _wire.Call(id, "stored")
         fut: "asyncio.Future[_wire.Reply]" = asyncio.get_running_loop().create_future()
         self._pending[id] = (call, fut, True)
+        return writer, tally, call, fut
+
+    async def _upload_body(self, path: str, data: _files.Source, size: int, mode: Optional[int], user: Optional[str],
+                           parents: bool, timeout: Optional[float], fmt: Optional[str] = None,
+                           links: Optional[str] = None, digest: Optional[str] = None) -> FileInfo:
+        """As Client._upload_body: the put's line, then its raw body, with
+        no other line between them."""
+        writer, tally, call, fut = self._put_call(digest)
+        id = call.id
         msg = _files.put_body_message(path, size, mode=mode, user=user, parents=parents, fmt=fmt, links=links, digest=tally.hashing)
         try:
             async with self._wlock():
@@ -394,17 +403,10 @@ class AsyncClient:
 
     async def _upload(self, path: str, data: _files.Source, mode: Optional[int], user: Optional[str],
                       parents: bool, timeout: Optional[float], digest: Optional[str] = None) -> FileInfo:
-        writer = self._writer
-        if self._lost is not None or writer is None:
-            raise ConnectionLostError("this relayd connection is closed")
-        tally = _files.Tally(_files.wants_digest(digest))
-        id = self._next_id
-        self._next_id += 1
-        call = _wire.Call(id, "stored")
         # Registered before the first chunk goes out, so that a refusal
         # (the only reply before the last chunk) stops the sending.
-        early: "asyncio.Future[_wire.Reply]" = asyncio.get_running_loop().create_future()
-        self._pending[id] = (call, early, True)
+        writer, tally, call, early = self._put_call(digest)
+        id = call.id
         line: Optional[bytes] = None
         try:
             for m in _files.put_messages(path, data, mode=mode, user=user, parents=parents, tally=tally):
