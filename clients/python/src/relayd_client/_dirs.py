@@ -15,11 +15,17 @@ whatever its target (a virtual environment's link to /usr/bin/python3),
 as docker cp keeps them. Either way nothing is ever written through a
 link: here, every directory on a member's way is opened one name at a
 time with O_NOFOLLOW, and a member whose path passes through a link (the
-archive's own, or one already in the local directory) is refused."""
+archive's own, or one already in the local directory) is refused.
+
+This module is part of the clients' sans-I/O core (with _wire and
+_files): upload_dir and download_dir are plans, generators that yield
+what they need done (Serves, Shell, Put, Get, Local) and are sent the
+results; Client and AsyncClient each drive them with their own I/O. It
+imports neither client."""
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import errno
 import os
 import secrets
@@ -27,14 +33,11 @@ import shutil
 import stat
 import tarfile
 import tempfile
-from typing import IO, TYPE_CHECKING, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import IO, Any, Callable, Generator, Iterator, List, Optional, Tuple, Union
 
 from . import _files
 from .errors import ProtocolError, RelaydError
-
-if TYPE_CHECKING:
-    from .aio import AsyncClient
-    from .client import Client
 
 
 class DirectoryError(RelaydError):
@@ -42,7 +45,7 @@ class DirectoryError(RelaydError):
     archive held a member that would land outside the directory."""
 
 
-# The scripts run on relayd's side, shared by Client and AsyncClient.
+# The scripts run on relayd's side where relayd serves no trees.
 MKDIR = 'mkdir -p -- "$1"'
 # -o: files are the user's, not the archive's owners.
 UNTAR = 'tar -x -o -f "$1" -C "$2"; s=$?; rm -f -- "$1"; exit $s'
@@ -83,13 +86,6 @@ def _unpack(f: IO[bytes], local_dir: str, keep: bool = False) -> None:
         _extract(tar, local_dir, keep)
 
 
-def _run(c: "Client", script: str, *args: str, user: Optional[str], timeout: Optional[float]) -> str:
-    x = c.execute("sh", ["-c", script, "sh", *args], user=user, capture_stderr=True, timeout=timeout)
-    if x.exit_code != 0:
-        raise _failed(script, x.exit_code, x.stderr)
-    return x.stdout
-
-
 def _refused(what: str, info: _files.FileInfo) -> None:
     if info.refused:
         raise DirectoryError(f"relayd {what} members: " + "; ".join(info.refused))
@@ -99,103 +95,145 @@ def _size(f: IO[bytes]) -> int:
     return os.fstat(f.fileno()).st_size
 
 
-def upload_dir(c: "Client", local_dir: str, remote_dir: str, *, user: Optional[str], timeout: Optional[float],
-               links: Optional[str] = None) -> None:
+# What a plan asks its client to do (sans I/O, as h11 hands its caller
+# events): a plan is a generator that yields these and is sent each one's
+# result (or thrown its exception). Client and AsyncClient drive the same
+# plans, each with its own I/O (drive, and AsyncClient's thread for Local).
+
+
+@dataclass(frozen=True)
+class Serves:
+    """Whether relayd lists extension in its ready: a bool."""
+    extension: str
+    timeout: Optional[float]
+
+
+@dataclass(frozen=True)
+class Shell:
+    """execute("sh", ["-c", script, "sh", *args], capture_stderr=True): an Executed."""
+    script: str
+    args: Tuple[str, ...]
+    user: Optional[str]
+    timeout: Optional[float]
+
+
+@dataclass(frozen=True)
+class Put:
+    """With tar, the archive f (size bytes) as one put of a raw body with
+    "format":"tar" (parents made); else upload_file(path, f, mode=mode):
+    a FileInfo."""
+    path: str
+    f: IO[bytes]
+    user: Optional[str]
+    timeout: Optional[float]
+    tar: bool = False
+    size: int = 0
+    mode: Optional[int] = None
+    links: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Get:
+    """download_file_to(path, f), or with fmt "tar" the directory packed by relayd: a FileInfo."""
+    path: str
+    f: IO[bytes]
+    user: Optional[str]
+    timeout: Optional[float]
+    fmt: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Local:
+    """fn(*args) on this side, blocking (AsyncClient runs it in a thread): its result."""
+    fn: Callable[..., Any]
+    args: Tuple[Any, ...]
+
+
+Op = Union[Serves, Shell, Put, Get, Local]
+Plan = Generator[Op, Any, None]
+
+
+class Driver:
+    """Steps a plan for a client::
+
+        d = Driver(plan)
+        while (op := d.next()) is not None:
+            with d.doing():
+                d.value = do(op)  # or await do(op)
+
+    what doing() catches is thrown into the plan, which may handle it."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.value: Any = None
+        self.exc: Optional[BaseException] = None
+
+    def next(self) -> Optional[Op]:
+        """The plan's next request, given the last one's result (or
+        exception): None when the plan is done."""
+        value, exc, self.value, self.exc = self.value, self.exc, None, None
+        try:
+            return self.plan.throw(exc) if exc is not None else self.plan.send(value)
+        except StopIteration:
+            return None
+
+    @contextlib.contextmanager
+    def doing(self) -> Iterator[None]:
+        try:
+            yield
+        except BaseException as e:
+            self.exc = e
+
+
+def _run(script: str, *args: str, user: Optional[str], timeout: Optional[float]) -> Generator[Op, Any, str]:
+    x = yield Shell(script, args, user, timeout)
+    if x.exit_code != 0:
+        raise _failed(script, x.exit_code, x.stderr)
+    return str(x.stdout)
+
+
+def upload_dir(local_dir: str, remote_dir: str, *, user: Optional[str], timeout: Optional[float],
+               links: Optional[str] = None) -> Plan:
+    """The plan of Client.upload_dir and AsyncClient.upload_dir."""
     keep = _keep(links)
     if not os.path.isdir(local_dir):
         raise NotADirectoryError(local_dir)
-    if c._serves(_files.TREE, timeout) and c._serves(_files.BODY, timeout):
+    if (yield Serves(_files.TREE, timeout)) and (yield Serves(_files.BODY, timeout)):
         with tempfile.TemporaryFile() as f:
-            _pack(local_dir, f)
-            info = c._upload_body(remote_dir, f, _size(f), None, user, True, timeout, fmt="tar",
-                                  links=KEEP if keep else None)
+            yield Local(_pack, (local_dir, f))
+            info = yield Put(remote_dir, f, user, timeout, tar=True, size=_size(f), links=KEEP if keep else None)
         _refused("refused", info)
         return
-    _run(c, MKDIR, remote_dir, user=user, timeout=timeout)
+    yield from _run(MKDIR, remote_dir, user=user, timeout=timeout)
     remote_tar = _remote_tar(remote_dir)
     with tempfile.TemporaryFile() as f:
-        _pack(local_dir, f)
-        c.upload_file(remote_tar, f, mode=0o600, user=user, timeout=timeout)
-    _run(c, UNTAR, remote_tar, remote_dir, user=user, timeout=timeout)
+        yield Local(_pack, (local_dir, f))
+        yield Put(remote_tar, f, user, timeout, mode=0o600)
+    yield from _run(UNTAR, remote_tar, remote_dir, user=user, timeout=timeout)
 
 
-def download_dir(c: "Client", remote_dir: str, local_dir: str, *, user: Optional[str], timeout: Optional[float],
-                 links: Optional[str] = None) -> None:
+def download_dir(remote_dir: str, local_dir: str, *, user: Optional[str], timeout: Optional[float],
+                 links: Optional[str] = None) -> Plan:
+    """The plan of Client.download_dir and AsyncClient.download_dir."""
     keep = _keep(links)
-    if c._serves(_files.TREE, timeout):
+    if (yield Serves(_files.TREE, timeout)):
         with tempfile.TemporaryFile() as f:
             try:
-                info = c._download(remote_dir, f, user, timeout, fmt="tar")
+                info = yield Get(remote_dir, f, user, timeout, fmt="tar")
             except ProtocolError as e:
                 raise DirectoryError(str(e)) from e  # as tar's failure was: no such directory, say
             _refused("left out", info)
             os.makedirs(local_dir, exist_ok=True)
-            _unpack(f, local_dir, keep)
+            yield Local(_unpack, (f, local_dir, keep))
         return
-    remote_tar = _run(c, TAR, remote_dir, user=user, timeout=timeout).strip()
+    remote_tar = (yield from _run(TAR, remote_dir, user=user, timeout=timeout)).strip()
     try:
         os.makedirs(local_dir, exist_ok=True)
         with tempfile.TemporaryFile() as f:
-            c.download_file_to(remote_tar, f, user=user, timeout=timeout)
-            _unpack(f, local_dir, keep)
+            yield Get(remote_tar, f, user, timeout)
+            yield Local(_unpack, (f, local_dir, keep))
     finally:
-        _run(c, RM, remote_tar, user=user, timeout=timeout)
-
-
-async def _run_async(c: "AsyncClient", script: str, *args: str, user: Optional[str], timeout: Optional[float]) -> str:
-    x = await c.execute("sh", ["-c", script, "sh", *args], user=user, capture_stderr=True, timeout=timeout)
-    if x.exit_code != 0:
-        raise _failed(script, x.exit_code, x.stderr)
-    return x.stdout
-
-
-async def upload_dir_async(c: "AsyncClient", local_dir: str, remote_dir: str, *, user: Optional[str],
-                           timeout: Optional[float], links: Optional[str] = None) -> None:
-    """upload_dir for an AsyncClient: the tar file is made in a thread."""
-    keep = _keep(links)
-    if not os.path.isdir(local_dir):
-        raise NotADirectoryError(local_dir)
-    if await c._serves(_files.TREE, timeout) and await c._serves(_files.BODY, timeout):
-        loop = asyncio.get_running_loop()
-        with tempfile.TemporaryFile() as f:
-            await loop.run_in_executor(None, _pack, local_dir, f)
-            info = await c._upload_body(remote_dir, f, _size(f), None, user, True, timeout, fmt="tar",
-                                        links=KEEP if keep else None)
-        _refused("refused", info)
-        return
-    await _run_async(c, MKDIR, remote_dir, user=user, timeout=timeout)
-    remote_tar = _remote_tar(remote_dir)
-    loop = asyncio.get_running_loop()
-    with tempfile.TemporaryFile() as f:
-        await loop.run_in_executor(None, _pack, local_dir, f)
-        await c.upload_file(remote_tar, f, mode=0o600, user=user, timeout=timeout)
-    await _run_async(c, UNTAR, remote_tar, remote_dir, user=user, timeout=timeout)
-
-
-async def download_dir_async(c: "AsyncClient", remote_dir: str, local_dir: str, *, user: Optional[str],
-                             timeout: Optional[float], links: Optional[str] = None) -> None:
-    """download_dir for an AsyncClient: the tar file is unpacked in a thread."""
-    keep = _keep(links)
-    if await c._serves(_files.TREE, timeout):
-        loop = asyncio.get_running_loop()
-        with tempfile.TemporaryFile() as f:
-            try:
-                info = await c._download(remote_dir, f, user, timeout, fmt="tar")
-            except ProtocolError as e:
-                raise DirectoryError(str(e)) from e
-            _refused("left out", info)
-            os.makedirs(local_dir, exist_ok=True)
-            await loop.run_in_executor(None, _unpack, f, local_dir, keep)
-        return
-    remote_tar = (await _run_async(c, TAR, remote_dir, user=user, timeout=timeout)).strip()
-    try:
-        os.makedirs(local_dir, exist_ok=True)
-        loop = asyncio.get_running_loop()
-        with tempfile.TemporaryFile() as f:
-            await c.download_file_to(remote_tar, f, user=user, timeout=timeout)
-            await loop.run_in_executor(None, _unpack, f, local_dir, keep)
-    finally:
-        await _run_async(c, RM, remote_tar, user=user, timeout=timeout)
+        yield from _run(RM, remote_tar, user=user, timeout=timeout)
 
 
 # A directory held for names relative to it: O_PATH where there is one

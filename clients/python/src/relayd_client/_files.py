@@ -128,6 +128,23 @@ def put_body_message(path: str, n: int, *, mode: Optional[int], user: Optional[s
     return _digest(_head(msg, path, mode, user, parents), not digest)
 
 
+def get_message(path: str, user: Optional[str], hashing: bool, fmt: Optional[str], body: bool) -> Dict[str, Any]:
+    """A get (without token and id): hashing False is "digest":"none"; fmt
+    "tar" packs the directory path (in chunks: packed once, a tree changing
+    meanwhile is relayd's error, not a cut body); else body asks for the
+    file as one raw body."""
+    msg: Dict[str, Any] = {"kind": "get", "path": path}
+    if user is not None:
+        msg["user"] = user
+    if not hashing:
+        msg["digest"] = NONE
+    if fmt is not None:
+        msg["format"] = fmt
+    elif body:
+        msg["body"] = True
+    return msg
+
+
 def chunks(data: Source, size: int = CHUNK) -> Iterator[bytes]:
     """The chunks of data (bytes or a binary file object), at least one."""
     if isinstance(data, (bytes, bytearray, memoryview)):

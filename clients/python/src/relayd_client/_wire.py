@@ -8,7 +8,9 @@ import json
 import os
 import socket
 import warnings
-from typing import IO, Any, AsyncIterable, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass
+from typing import (IO, Any, AsyncIterable, Callable, Dict, Generic, Iterable, Iterator, List, Mapping, Optional, Protocol,
+                    Sequence, Tuple, Type, TypeVar, Union)
 
 from .errors import CLOSING, IgnoredFieldsWarning, ProtocolError, UnexpectedReplyError, error_for
 from .results import Changes, Executed, Marked, Output, Ready, Restored, Status, Survivor, Verified, ignored_of
@@ -87,6 +89,20 @@ def decode(line: bytes) -> Dict[str, Any]:
     if not isinstance(msg, dict) or not isinstance(msg.get("kind"), str):
         raise UnexpectedReplyError("relayd sent a JSON line that is not a message (no kind)")
     return msg
+
+
+def hello(line: bytes) -> Optional[Tuple[str, Dict[str, Any]]]:
+    """A dialling relayd's first line (listen mode): its token and its
+    ready without it (the client's own token from there on, not its
+    replies'), or None for anything else (the peer is dropped)."""
+    try:
+        msg = decode(line)
+    except UnexpectedReplyError:
+        return None
+    token = msg.pop("token", None)
+    if msg["kind"] != "ready" or not isinstance(token, str):
+        return None
+    return token, msg
 
 
 def check_token(msg: Dict[str, Any], token: str) -> None:
@@ -447,3 +463,126 @@ def mark_use_message(kind: str, mark: str, paths: Optional[Paths]) -> Dict[str, 
     if paths is not None:
         msg["paths"] = path_list(f"{kind}: paths", paths, True)
     return msg
+
+
+# -- requests, sans I/O: what to send, which reply ends it, how long to
+# wait, what it parses into. Client and AsyncClient send them (_call). --
+
+T = TypeVar("T")
+RAW: Type[Dict[str, Any]] = dict  # the reply as relayd sent it
+
+
+class Timing(Protocol):
+    """A client's waits (seconds)."""
+    reply_timeout: float
+    teardown_budget: float
+
+
+@dataclass(frozen=True)
+class Request(Generic[T]):
+    """One request: msg (without token and id), the kind of the reply that
+    answers it (want), how long to wait for it (None: no limit) and what
+    that reply is (a results class, or RAW)."""
+    msg: Dict[str, Any]
+    want: str
+    wait: Optional[float]
+    result: Type[T]
+
+    @property
+    def raw(self) -> bool:
+        return self.result is RAW
+
+    def of(self, r: Reply) -> T:
+        """The reply Call.take returned, as result."""
+        assert isinstance(r, self.result)
+        return r
+
+
+def reply_wait(t: Timing, timeout: Optional[float]) -> float:
+    return t.reply_timeout if timeout is None else timeout
+
+
+def fs_wait(t: Timing, timeout: Optional[float]) -> float:
+    """How long a mark, changes or restore may take: a walk of a tree."""
+    return t.reply_timeout + FS_REPLY_TIMEOUT if timeout is None else timeout
+
+
+def ready_request(t: Timing, timeout: Optional[float]) -> Request[Ready]:
+    return Request({"kind": "ready"}, "ready", reply_wait(t, timeout), Ready)
+
+
+def execute_request(t: Timing, msg: Dict[str, Any], timeout_ms: Optional[int], timeout: Optional[float],
+                    budgets: int = 1) -> Request[Executed]:
+    """An execute (a session's command settles twice: budgets=2)."""
+    return Request(msg, "executed", execute_wait(timeout_ms, budgets * t.teardown_budget, timeout), Executed)
+
+
+def attach_request(execution: str, timeout: Optional[float]) -> Request[Executed]:
+    return Request({"kind": "attach", "execution": execution}, "executed", timeout, Executed)
+
+
+def verify_request(t: Timing, all: bool, survivors: Optional[str], keep: Sequence[KeepEntry],
+                   files: Optional[BoundaryFilesSpec], timeout: Optional[float]) -> Request[Verified]:
+    """verify, or with all the boundary: relayd settles (twice for all) and,
+    with files, walks the trees before it answers."""
+    msg = verify_message(all, survivors, keep, files)
+    wait = timeout if timeout is not None else t.reply_timeout + t.teardown_budget * (2 if all else 1)
+    if files is not None and timeout is None:
+        wait += FS_REPLY_TIMEOUT
+    return Request(msg, "verified", wait, Verified)
+
+
+def status_request(t: Timing, timeout: Optional[float]) -> Request[Status]:
+    return Request({"kind": "status"}, "status", reply_wait(t, timeout), Status)
+
+
+def mark_request(t: Timing, name: str, paths: Paths, exclude: Optional[Paths], keep: Optional[Paths],
+                 timeout: Optional[float]) -> Request[Marked]:
+    return Request(mark_message(name, paths, exclude, keep), "marked", fs_wait(t, timeout), Marked)
+
+
+def changes_request(t: Timing, mark: str, paths: Optional[Paths], timeout: Optional[float]) -> Request[Changes]:
+    return Request(mark_use_message("changes", mark, paths), "changes", fs_wait(t, timeout), Changes)
+
+
+def restore_request(t: Timing, mark: str, paths: Optional[Paths], timeout: Optional[float]) -> Request[Restored]:
+    return Request(mark_use_message("restore", mark, paths), "restored", fs_wait(t, timeout), Restored)
+
+
+def unmark_request(t: Timing, name: str, timeout: Optional[float]) -> Request[Dict[str, Any]]:
+    return Request({"kind": "unmark", "name": name}, "unmarked", fs_wait(t, timeout), RAW)
+
+
+def open_request(t: Timing, shell: Optional[str], user: Optional[str], cwd: Optional[str],
+                 environment: Optional[Mapping[str, str]], credentials: Optional[Mapping[str, str]],
+                 limits: Optional[Mapping[str, int]], pty: Optional[Tuple[int, int]],
+                 timeout: Optional[float]) -> Request[Dict[str, Any]]:
+    msg = open_message(shell, user, cwd, environment, credentials, limits)
+    if pty is not None:
+        msg["pty"] = {"rows": pty[0], "cols": pty[1]}
+    return Request(msg, "opened", reply_wait(t, timeout), RAW)
+
+
+def opened(r: Mapping[str, Any]) -> Tuple[str, str, str]:
+    """A session's name, shell and cwd from relayd's opened reply."""
+    return str(r.get("session", "")), str(r.get("shell", "")), str(r.get("cwd", ""))
+
+
+def any_request(message: Mapping[str, Any], timeout: Optional[float]) -> Request[Dict[str, Any]]:
+    """Any message: the reply it waits for is WANT's, else a reply of its kind."""
+    kind = str(message.get("kind", ""))
+    return Request(dict(message), WANT.get(kind, kind), timeout, RAW)
+
+
+def run_request(t: Timing, session: str, script: str, timeout_ms: Optional[int], input: Union[str, bytes, None],
+                max_output_bytes: Optional[int], stream: Optional[bool], timeout: Optional[float]) -> Request[Executed]:
+    """A session's command."""
+    msg = run_message(session, script, timeout_ms, input, max_output_bytes)
+    if stream is not None:
+        msg["stream"] = stream
+    return execute_request(t, msg, timeout_ms, timeout, budgets=2)
+
+
+def close_request(t: Timing, session: str, timeout: Optional[float]) -> Request[Dict[str, Any]]:
+    wait = timeout if timeout is not None else t.reply_timeout + t.teardown_budget
+    return Request({"kind": "close", "session": session}, "closed", wait, RAW)

@@ -152,9 +152,7 @@ class AsyncClient:
                 await proc.wait()
 
     async def ready(self, *, timeout: Optional[float] = None) -> Ready:
-        r = await self._call({"kind": "ready"}, "ready", self.reply_timeout if timeout is None else timeout)
-        assert isinstance(r, Ready)
-        return r
+        return await self._call(_wire.ready_request(self, timeout))
 
     async def execute(
         self,
@@ -194,19 +192,16 @@ class AsyncClient:
             stream=stream, on_exit=on_exit, detach_ms=detach_ms, input=input, user=user,
             max_output_bytes=max_output_bytes, output_keep=output_keep, pty=pty, limits=limits,
         )
-        wait = _wire.execute_wait(timeout_ms, self.teardown_budget, timeout)
-        return await self._execute(msg, wait, stdin, on_output, on_started)
+        return await self._execute(_wire.execute_request(self, msg, timeout_ms, timeout), stdin, on_output, on_started)
 
-    async def _execute(self, msg: Dict[str, Any], wait: Optional[float], stdin: Optional[AsyncStdinSource],
+    async def _execute(self, req: _wire.Request[Executed], stdin: Optional[AsyncStdinSource],
                        on_output: Optional[OnOutput], on_started: Optional[OnStarted]) -> Executed:
         """Sends an execute (a session's too) and waits for its executed
         reply, with a task that sends stdin meanwhile."""
         if stdin is None:
-            r = await self._call(msg, "executed", wait, on_output, on_started)
-            assert isinstance(r, Executed)
-            return r
+            return await self._call(req, on_output, on_started)
         _wire.check_stdin(stdin)
-        msg["stdin"] = True
+        req.msg["stdin"] = True
         named: "asyncio.Future[str]" = asyncio.get_running_loop().create_future()
 
         def started(x: str) -> None:
@@ -217,14 +212,13 @@ class AsyncClient:
 
         pump = asyncio.get_running_loop().create_task(self._pump_stdin(stdin, named))
         try:
-            r = await self._call(msg, "executed", wait, on_output, started)
+            r = await self._call(req, on_output, started)
         except BaseException:
             err = await _end(pump)
             if err is not None:
                 raise err
             raise
         await _end(pump)
-        assert isinstance(r, Executed)
         return r
 
     async def _pump_stdin(self, source: AsyncStdinSource, named: "asyncio.Future[str]") -> None:
@@ -266,65 +260,44 @@ class AsyncClient:
     async def attach(self, execution: str, *, timeout: Optional[float] = None,
                      on_output: Optional[OnOutput] = None) -> Executed:
         """As Client.attach."""
-        r = await self._call({"kind": "attach", "execution": execution}, "executed", timeout, on_output)
-        assert isinstance(r, Executed)
-        return r
+        return await self._call(_wire.attach_request(execution, timeout), on_output)
 
     async def verify(self, *, all: bool = False, survivors: Optional[str] = None, keep: Sequence[KeepEntry] = (),
                      files: Optional[BoundaryFilesSpec] = None, timeout: Optional[float] = None) -> Verified:
         """As Client.verify: this connection's boundary (protocol 4.3);
         ``all=True`` is boundary(). ``keep`` holds survivors, or
         ``(pid, start)`` pairs, never bare pids."""
-        msg = _wire.verify_message(all, survivors, keep, files)
-        wait = timeout if timeout is not None else self.reply_timeout + self.teardown_budget * (2 if all else 1)
-        if files is not None and timeout is None:
-            wait += _wire.FS_REPLY_TIMEOUT
-        r = await self._call(msg, "verified", wait)
-        assert isinstance(r, Verified)
-        return r
+        return await self._call(_wire.verify_request(self, all, survivors, keep, files, timeout))
 
     async def boundary(self, *, survivors: Optional[str] = None, keep: Sequence[KeepEntry] = (),
                        files: Optional[BoundaryFilesSpec] = None, timeout: Optional[float] = None) -> Verified:
         """As Client.boundary: the trial boundary (protocol 4.6), with
         ``files`` its filesystem half (4.9)."""
-        msg = _wire.verify_message(True, survivors, keep, files)
-        wait = timeout if timeout is not None else self.reply_timeout + self.teardown_budget * 2
-        if files is not None and timeout is None:
-            wait += _wire.FS_REPLY_TIMEOUT
-        r = await self._call(msg, "verified", wait)  # not through verify(): a warning points at the caller's line
-        assert isinstance(r, Verified)
-        return r
+        # not through verify(): a warning points at the caller's line
+        return await self._call(_wire.verify_request(self, True, survivors, keep, files, timeout))
 
     async def status(self, *, timeout: Optional[float] = None) -> Status:
         """As Client.status: look without touching (protocol 4.6)."""
-        r = await self._call({"kind": "status"}, "status", self.reply_timeout if timeout is None else timeout)
-        assert isinstance(r, Status)
-        return r
+        return await self._call(_wire.status_request(self, timeout))
 
     # -- the filesystem half of the boundary (protocol 4.9) --
 
     async def mark(self, name: str, paths: Paths, exclude: Optional[Paths] = None, keep: Optional[Paths] = None, *,
                    timeout: Optional[float] = None) -> Marked:
         """As Client.mark: record the entries under ``paths``, keep the content under ``keep``."""
-        r = await self._call(_wire.mark_message(name, paths, exclude, keep), "marked", self._fs_wait(timeout))
-        assert isinstance(r, Marked)
-        return r
+        return await self._call(_wire.mark_request(self, name, paths, exclude, keep, timeout))
 
     async def changes(self, mark: str, paths: Optional[Paths] = None, *, timeout: Optional[float] = None) -> Changes:
         """As Client.changes: what differs from ``mark``, touching nothing."""
-        r = await self._call(_wire.mark_use_message("changes", mark, paths), "changes", self._fs_wait(timeout))
-        assert isinstance(r, Changes)
-        return r
+        return await self._call(_wire.changes_request(self, mark, paths, timeout))
 
     async def restore(self, mark: str, paths: Optional[Paths] = None, *, timeout: Optional[float] = None) -> Restored:
         """As Client.restore: ``paths`` (default: every kept subtree) put back as marked."""
-        r = await self._call(_wire.mark_use_message("restore", mark, paths), "restored", self._fs_wait(timeout))
-        assert isinstance(r, Restored)
-        return r
+        return await self._call(_wire.restore_request(self, mark, paths, timeout))
 
     async def unmark(self, name: str, *, timeout: Optional[float] = None) -> None:
         """As Client.unmark: free the mark ``name``."""
-        await self._call({"kind": "unmark", "name": name}, "unmarked", self._fs_wait(timeout), raw=True)
+        await self._call(_wire.unmark_request(self, name, timeout))
 
     async def recycle(self, mark: str, *, timeout: Optional[float] = None) -> Recycled:
         """As Client.recycle: the boundary settling every survivor, then a
@@ -332,27 +305,19 @@ class AsyncClient:
         v = await self.boundary(survivors="settle", timeout=timeout)
         return Recycled(boundary=v, restored=await self.restore(mark, timeout=timeout))
 
-    def _fs_wait(self, timeout: Optional[float]) -> float:
-        return self.reply_timeout + _wire.FS_REPLY_TIMEOUT if timeout is None else timeout
-
     async def session(self, *, shell: Optional[str] = None, user: Optional[str] = None, cwd: Optional[str] = None,
                       environment: Optional[Mapping[str, str]] = None, credentials: Optional[Mapping[str, str]] = None,
                       limits: Optional[Mapping[str, int]] = None, timeout: Optional[float] = None) -> "AsyncSession":
         """Client.session(), awaited: ``async with await c.session() as sh:``."""
-        msg = _wire.open_message(shell, user, cwd, environment, credentials, limits)
-        r = await self._call(msg, "opened", self.reply_timeout if timeout is None else timeout, raw=True)
-        assert isinstance(r, dict)
-        return AsyncSession(self, str(r.get("session", "")), str(r.get("shell", "")), str(r.get("cwd", "")))
+        r = await self._call(_wire.open_request(self, shell, user, cwd, environment, credentials, limits, None, timeout))
+        return AsyncSession(self, *_wire.opened(r))
 
     def attach_session(self, name: str) -> "AsyncSession":
         """The open session ``name``, used through this connection."""
         return AsyncSession(self, name, "", "")
 
     async def request(self, message: Mapping[str, Any], *, timeout: Optional[float] = None) -> Dict[str, Any]:
-        kind = str(message.get("kind", ""))
-        r = await self._call(dict(message), _wire.WANT.get(kind, kind), timeout, raw=True)
-        assert isinstance(r, dict)
-        return r
+        return await self._call(_wire.any_request(message, timeout))
 
     _upload_lock: Optional[asyncio.Lock] = None  # one put at a time: relayd has one transfer per connection
 
@@ -385,11 +350,11 @@ class AsyncClient:
             self._write_lock = asyncio.Lock()
         return self._write_lock
 
-    async def _upload_body(self, path: str, data: _files.Source, size: int, mode: Optional[int], user: Optional[str],
-                           parents: bool, timeout: Optional[float], fmt: Optional[str] = None,
-                           links: Optional[str] = None, digest: Optional[str] = None) -> FileInfo:
-        """As Client._upload_body: the put's line, then its raw body, with
-        no other line between them."""
+    def _put_call(self, digest: Optional[str]) -> Tuple[asyncio.StreamWriter, _files.Tally, _wire.Call,
+                                                        "asyncio.Future[_wire.Reply]"]:
+        """A put's start: the writer (ConnectionLostError when the
+        connection is closed), the tally of its bytes, and its call,
+        registered with the future of its reply."""
         writer = self._writer
         if self._lost is not None or writer is None:
             raise ConnectionLostError("this relayd connection is closed")
@@ -399,6 +364,15 @@ class AsyncClient:
         call = _wire.Call(id, "stored")
         fut: "asyncio.Future[_wire.Reply]" = asyncio.get_running_loop().create_future()
         self._pending[id] = (call, fut, True)
+        return writer, tally, call, fut
+
+    async def _upload_body(self, path: str, data: _files.Source, size: int, mode: Optional[int], user: Optional[str],
+                           parents: bool, timeout: Optional[float], fmt: Optional[str] = None,
+                           links: Optional[str] = None, digest: Optional[str] = None) -> FileInfo:
+        """As Client._upload_body: the put's line, then its raw body, with
+        no other line between them."""
+        writer, tally, call, fut = self._put_call(digest)
+        id = call.id
         msg = _files.put_body_message(path, size, mode=mode, user=user, parents=parents, fmt=fmt, links=links, digest=tally.hashing)
         try:
             async with self._wlock():
@@ -429,17 +403,10 @@ class AsyncClient:
 
     async def _upload(self, path: str, data: _files.Source, mode: Optional[int], user: Optional[str],
                       parents: bool, timeout: Optional[float], digest: Optional[str] = None) -> FileInfo:
-        writer = self._writer
-        if self._lost is not None or writer is None:
-            raise ConnectionLostError("this relayd connection is closed")
-        tally = _files.Tally(_files.wants_digest(digest))
-        id = self._next_id
-        self._next_id += 1
-        call = _wire.Call(id, "stored")
         # Registered before the first chunk goes out, so that a refusal
         # (the only reply before the last chunk) stops the sending.
-        early: "asyncio.Future[_wire.Reply]" = asyncio.get_running_loop().create_future()
-        self._pending[id] = (call, early, True)
+        writer, tally, call, early = self._put_call(digest)
+        id = call.id
         line: Optional[bytes] = None
         try:
             for m in _files.put_messages(path, data, mode=mode, user=user, parents=parents, tally=tally):
@@ -477,14 +444,38 @@ class AsyncClient:
         """As Client.upload_dir: a tar file (made in a thread) over put,
         unpacked on relayd's side by relayd itself when it serves "tree",
         else by ``tar``; ``links="keep"`` keeps every symbolic link."""
-        await _dirs.upload_dir_async(self, local_dir, remote_dir, user=user, timeout=timeout, links=links)
+        await self._drive(_dirs.upload_dir(local_dir, remote_dir, user=user, timeout=timeout, links=links))
 
     async def download_dir(self, remote_dir: str, local_dir: str, *, user: Optional[str] = None,
                            timeout: Optional[float] = None, links: Optional[str] = None) -> None:
         """As Client.download_dir: a tar file over get, unpacked here in a
         thread; ``links="keep"`` keeps every symbolic link, and nothing is
         written through one."""
-        await _dirs.download_dir_async(self, remote_dir, local_dir, user=user, timeout=timeout, links=links)
+        await self._drive(_dirs.download_dir(remote_dir, local_dir, user=user, timeout=timeout, links=links))
+
+    async def _drive(self, plan: _dirs.Plan) -> None:
+        """Runs a plan of the core (_dirs) with this client's I/O; its
+        blocking local steps (tar) in a thread."""
+        d = _dirs.Driver(plan)
+        while (op := d.next()) is not None:
+            with d.doing():
+                d.value = await self._do(op)
+
+    async def _do(self, op: _dirs.Op) -> Any:
+        """What one request of a plan asks, done."""
+        if isinstance(op, _dirs.Serves):
+            return await self._serves(op.extension, op.timeout)
+        if isinstance(op, _dirs.Shell):
+            return await self.execute("sh", ["-c", op.script, "sh", *op.args], user=op.user, capture_stderr=True,
+                                      timeout=op.timeout)
+        if isinstance(op, _dirs.Put):
+            if op.tar:
+                return await self._upload_body(op.path, op.f, op.size, None, op.user, True, op.timeout, fmt="tar",
+                                               links=op.links)
+            return await self.upload_file(op.path, op.f, mode=op.mode, user=op.user, timeout=op.timeout)
+        if isinstance(op, _dirs.Get):
+            return await self._download(op.path, op.f, op.user, op.timeout, fmt=op.fmt)
+        return await asyncio.get_running_loop().run_in_executor(None, op.fn, *op.args)
 
     async def download_file(self, path: str, *, user: Optional[str] = None, timeout: Optional[float] = None,
                             digest: Optional[str] = None) -> bytes:
@@ -510,15 +501,8 @@ class AsyncClient:
                         fmt: Optional[str] = None, digest: Optional[str] = None) -> FileInfo:
         """download_file_to, or with fmt "tar" the directory path packed by relayd."""
         hashing = _files.wants_digest(digest)
-        msg: Dict[str, Any] = {"kind": "get", "path": path}
-        if user is not None:
-            msg["user"] = user
-        if not hashing:
-            msg["digest"] = _files.NONE
-        if fmt is not None:
-            msg["format"] = fmt  # in chunks: packed once, a tree changing meanwhile is relayd's error, not a cut body
-        elif await self._serves(_files.BODY, timeout):
-            msg["body"] = True  # the reader takes the raw body (_read_loop)
+        # with body, the reader takes the raw body (_read_loop)
+        msg = _files.get_message(path, user, hashing, fmt, fmt is None and await self._serves(_files.BODY, timeout))
         id = self._next_id
         self._next_id += 1
         call = _files.ContentCall(id, out, hashing, reader_first=True)
@@ -533,25 +517,18 @@ class AsyncClient:
 
     # -- machinery --
 
-    async def _call(
-        self,
-        msg: Dict[str, Any],
-        want: str,
-        wait: Optional[float],
-        on_output: Optional[OnOutput] = None,
-        on_started: Optional[OnStarted] = None,
-        raw: bool = False,
-    ) -> _wire.Reply:
+    async def _call(self, req: _wire.Request[_wire.T], on_output: Optional[OnOutput] = None,
+                    on_started: Optional[OnStarted] = None) -> _wire.T:
         id = self._next_id
         self._next_id += 1
-        call = _wire.Call(id, want, on_output, on_started)
+        call = _wire.Call(id, req.want, on_output, on_started)
         try:
-            r = await self._exchange(_wire.encode({"token": self._token, **msg, "id": id}), call, wait, raw)
+            r = await self._exchange(_wire.encode({"token": self._token, **req.msg, "id": id}), call, req.wait, req.raw)
         except ProtocolError:
-            _wire.warn_ignored(call, str(msg.get("kind")))
+            _wire.warn_ignored(call, str(req.msg.get("kind")))
             raise
-        _wire.warn_ignored(call, str(msg.get("kind")))
-        return r
+        _wire.warn_ignored(call, str(req.msg.get("kind")))
+        return req.of(r)
 
     async def _exchange(self, line: bytes, call: _wire.Call, wait: Optional[float], raw: bool = False) -> _wire.Reply:
         if self._lost is not None:
@@ -698,20 +675,15 @@ class AsyncSession:
                   stream: Optional[bool] = None, stdin: Optional[AsyncStdinSource] = None,
                   on_output: Optional[OnOutput] = None, on_started: Optional[OnStarted] = None) -> Executed:
         """Session.run(), awaited; ``stdin`` as AsyncClient.execute's."""
-        msg = _wire.run_message(self.name, script, timeout_ms, input, max_output_bytes)
-        if stream is not None:
-            msg["stream"] = stream
-        wait = _wire.execute_wait(timeout_ms, 2 * self.client.teardown_budget, timeout)
-        r = await self.client._execute(msg, wait, stdin, on_output, on_started)
+        req = _wire.run_request(self.client, self.name, script, timeout_ms, input, max_output_bytes, stream, timeout)
+        r = await self.client._execute(req, stdin, on_output, on_started)
         if r.cwd:
             self.cwd = r.cwd
         return r
 
     async def close(self, *, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Session.close(), awaited."""
-        wait = timeout if timeout is not None else self.client.reply_timeout + self.client.teardown_budget
-        r = await self.client._call({"kind": "close", "session": self.name}, "closed", wait, raw=True)
-        assert isinstance(r, dict)
+        r = await self.client._call(_wire.close_request(self.client, self.name, timeout))
         return r
 
 
@@ -858,10 +830,9 @@ class AsyncListener:
             if not await self._take_slot(task, writer.transport):
                 return
             try:
-                line = await asyncio.wait_for(self._read_hello(reader), self.handshake_timeout)
-                msg = _wire.decode(line)
+                h = _wire.hello(await asyncio.wait_for(self._read_hello(reader), self.handshake_timeout))
             except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError,
-                    UnexpectedReplyError, _LongHelloRefused):
+                    _LongHelloRefused):
                 return
             except asyncio.CancelledError:
                 if task not in self._evicted:
@@ -870,9 +841,9 @@ class AsyncListener:
             finally:
                 self._reading.pop(task, None)
                 self._evicted.discard(task)
-            token = msg.pop("token", None)  # the client's own from here on, not its replies'
-            if msg["kind"] != "ready" or not isinstance(token, str):
+            if h is None:
                 return
+            token, msg = h
             c = AsyncClient("", token, teardown_budget=self.teardown_budget)
             c.first_ready = Ready._parse(msg)
             c._attach(reader, writer)

@@ -185,9 +185,7 @@ class Client:
 
     def ready(self, *, timeout: Optional[float] = None) -> Ready:
         """Ask relayd who it is (a handshake or liveness probe)."""
-        r = self._call({"kind": "ready"}, "ready", self._wait(timeout))
-        assert isinstance(r, Ready)
-        return r
+        return self._call(_wire.ready_request(self, timeout))
 
     def execute(
         self,
@@ -259,10 +257,7 @@ class Client:
             max_output_bytes=max_output_bytes, output_keep=output_keep, pty=pty, limits=limits,
         )
         pump = _stdin_pump("execute", msg, stdin, stdin_open, self._token)
-        wait = _wire.execute_wait(timeout_ms, self.teardown_budget, timeout)
-        r = self._call(msg, "executed", wait, on_output, on_started, pump=pump)
-        assert isinstance(r, Executed)
-        return r
+        return self._call(_wire.execute_request(self, msg, timeout_ms, timeout), on_output, on_started, pump=pump)
 
     def resize(self, execution: str, rows: int, cols: int) -> None:
         """Resize the terminal of ``execution``, an execute with ``pty``
@@ -291,9 +286,7 @@ class Client:
         unbounded, as this client cannot know how long the execution has
         left.
         """
-        r = self._call({"kind": "attach", "execution": execution}, "executed", timeout, on_output)
-        assert isinstance(r, Executed)
-        return r
+        return self._call(_wire.attach_request(execution, timeout), on_output)
 
     def verify(self, *, all: bool = False, survivors: Optional[str] = None, keep: Sequence[KeepEntry] = (),
                files: Optional[BoundaryFilesSpec] = None, timeout: Optional[float] = None) -> Verified:
@@ -308,13 +301,7 @@ class Client:
         both match, so a process that took the pid of a service since is
         settled; a bare pid is a TypeError. ``files`` (with ``all``) is
         boundary()'s."""
-        msg = _wire.verify_message(all, survivors, keep, files)
-        wait = timeout if timeout is not None else self.reply_timeout + self.teardown_budget * (2 if all else 1)
-        if files is not None and timeout is None:
-            wait += _wire.FS_REPLY_TIMEOUT
-        r = self._call(msg, "verified", wait)
-        assert isinstance(r, Verified)
-        return r
+        return self._call(_wire.verify_request(self, all, survivors, keep, files, timeout))
 
     def boundary(self, *, survivors: Optional[str] = None, keep: Sequence[KeepEntry] = (),
                  files: Optional[BoundaryFilesSpec] = None, timeout: Optional[float] = None) -> Verified:
@@ -332,13 +319,8 @@ class Client:
         with ``restore`` those paths are put back as marked before relayd
         replies (``files.restored``), so that the verifier starts on the
         files the controller put there."""
-        msg = _wire.verify_message(True, survivors, keep, files)
-        wait = timeout if timeout is not None else self.reply_timeout + self.teardown_budget * 2
-        if files is not None and timeout is None:
-            wait += _wire.FS_REPLY_TIMEOUT
-        r = self._call(msg, "verified", wait)  # not through verify(): a warning points at the caller's line
-        assert isinstance(r, Verified)
-        return r
+        # not through verify(): a warning points at the caller's line
+        return self._call(_wire.verify_request(self, True, survivors, keep, files, timeout))
 
     def status(self, *, timeout: Optional[float] = None) -> Status:
         """Look without touching (protocol 4.6): what runs or waits
@@ -346,9 +328,7 @@ class Client:
         and how many boundaries were drawn. Nothing ends, nothing is
         signalled. UnknownKindError from a relayd without it (its ready
         lists no "status")."""
-        r = self._call({"kind": "status"}, "status", self._wait(timeout))
-        assert isinstance(r, Status)
-        return r
+        return self._call(_wire.status_request(self, timeout))
 
     # -- the filesystem half of the boundary (protocol 4.9) --
 
@@ -364,9 +344,7 @@ class Client:
         BadRequestError for a name that exists, or a mark whose kept
         content would pass relayd's --mark-bytes (nothing written then).
         ``timeout`` (seconds) bounds the wait; by default 10 minutes."""
-        r = self._call(_wire.mark_message(name, paths, exclude, keep), "marked", self._fs_wait(timeout))
-        assert isinstance(r, Marked)
-        return r
+        return self._call(_wire.mark_request(self, name, paths, exclude, keep, timeout))
 
     def changes(self, mark: str, paths: Optional[Paths] = None, *, timeout: Optional[float] = None) -> Changes:
         """What differs from ``mark`` (under ``paths``, else all it
@@ -375,9 +353,7 @@ class Client:
         nothing. A modification time set back does not hide a change; a
         file rewritten with the same bytes is none. NotFoundError for a
         mark relayd does not hold (restore and unmark too)."""
-        r = self._call(_wire.mark_use_message("changes", mark, paths), "changes", self._fs_wait(timeout))
-        assert isinstance(r, Changes)
-        return r
+        return self._call(_wire.changes_request(self, mark, paths, timeout))
 
     def restore(self, mark: str, paths: Optional[Paths] = None, *, timeout: Optional[float] = None) -> Restored:
         """Put ``paths`` (any entries inside the mark's ``keep``; default:
@@ -388,13 +364,11 @@ class Client:
         afterwards. A restore that could not finish names what it left in
         ``not_restored`` (``complete`` is then False). BadRequestError for a
         path outside the mark's keep."""
-        r = self._call(_wire.mark_use_message("restore", mark, paths), "restored", self._fs_wait(timeout))
-        assert isinstance(r, Restored)
-        return r
+        return self._call(_wire.restore_request(self, mark, paths, timeout))
 
     def unmark(self, name: str, *, timeout: Optional[float] = None) -> None:
         """Free the mark ``name`` and the content only it kept."""
-        self._call({"kind": "unmark", "name": name}, "unmarked", self._fs_wait(timeout), raw=True)
+        self._call(_wire.unmark_request(self, name, timeout))
 
     def recycle(self, mark: str, *, timeout: Optional[float] = None) -> Recycled:
         """Hand a used container to the next trial (protocol 4.9,
@@ -421,12 +395,8 @@ class Client:
         when relayd has --max-sessions open. ``pty=(rows, cols)`` runs an
         interactive shell on a terminal: write() types into it, read()
         returns what it printed, resize() changes its size."""
-        msg = _wire.open_message(shell, user, cwd, environment, credentials, limits)
-        if pty is not None:
-            msg["pty"] = {"rows": pty[0], "cols": pty[1]}
-        r = self._call(msg, "opened", self._wait(timeout), raw=True)
-        assert isinstance(r, dict)
-        return Session(self, str(r.get("session", "")), str(r.get("shell", "")), str(r.get("cwd", "")))
+        r = self._call(_wire.open_request(self, shell, user, cwd, environment, credentials, limits, pty, timeout))
+        return Session(self, *_wire.opened(r))
 
     def attach_session(self, name: str) -> "Session":
         """The open session ``name`` (another connection may have opened
@@ -436,10 +406,7 @@ class Client:
     def request(self, message: Mapping[str, Any], *, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Send any message (token and id added) and return relayd's reply as
         a dict: for kinds this client has no method for."""
-        kind = str(message.get("kind", ""))
-        r = self._call(dict(message), _wire.WANT.get(kind, kind), timeout, raw=True)
-        assert isinstance(r, dict)
-        return r
+        return self._call(_wire.any_request(message, timeout))
 
     def upload_file(self, path: str, data: _files.Source, *, mode: Optional[int] = None, user: Optional[str] = None,
                     parents: bool = False, timeout: Optional[float] = None, digest: Optional[str] = None) -> FileInfo:
@@ -472,7 +439,7 @@ class Client:
                         self._send(line)
                     line = _wire.encode({"token": self._token, **m, "id": id})
                 assert line is not None
-                r = self._exchange(line, call, self._wait(timeout), raw=True)
+                r = self._exchange(line, call, _wire.reply_wait(self, timeout), raw=True)
             except BaseException as e:
                 raise self._put_failed(call, e)
         _wire.warn_ignored(call, "put")
@@ -517,7 +484,7 @@ class Client:
                 self._send(_wire.encode({"token": self._token, **msg, "id": id}))
                 for b in _files.body_pieces(data, size, tally):
                     self._send(b)
-                r = self._exchange(b"", call, self._wait(timeout), raw=True)
+                r = self._exchange(b"", call, _wire.reply_wait(self, timeout), raw=True)
             except BaseException as e:
                 raise self._put_failed(call, e)
         _wire.warn_ignored(call, "put")
@@ -566,7 +533,7 @@ class Client:
         it is, whatever its target (a virtual environment's link to
         /usr/bin/python3), as docker cp keeps it. Nothing is ever written
         through a link. ``links`` other than None or "keep": ValueError."""
-        _dirs.upload_dir(self, local_dir, remote_dir, user=user, timeout=timeout, links=links)
+        self._drive(_dirs.upload_dir(local_dir, remote_dir, user=user, timeout=timeout, links=links))
 
     def download_dir(self, remote_dir: str, local_dir: str, *, user: Optional[str] = None,
                      timeout: Optional[float] = None, links: Optional[str] = None) -> None:
@@ -578,7 +545,28 @@ class Client:
         (DirectoryError). By default a link that leads outside
         ``local_dir`` is refused too; with ``links="keep"`` every link is
         kept as it is, whatever its target, as docker cp keeps it."""
-        _dirs.download_dir(self, remote_dir, local_dir, user=user, timeout=timeout, links=links)
+        self._drive(_dirs.download_dir(remote_dir, local_dir, user=user, timeout=timeout, links=links))
+
+    def _drive(self, plan: _dirs.Plan) -> None:
+        """Runs a plan of the core (_dirs) with this client's I/O."""
+        d = _dirs.Driver(plan)
+        while (op := d.next()) is not None:
+            with d.doing():
+                d.value = self._do(op)
+
+    def _do(self, op: _dirs.Op) -> Any:
+        """What one request of a plan asks, done."""
+        if isinstance(op, _dirs.Serves):
+            return self._serves(op.extension, op.timeout)
+        if isinstance(op, _dirs.Shell):
+            return self.execute("sh", ["-c", op.script, "sh", *op.args], user=op.user, capture_stderr=True, timeout=op.timeout)
+        if isinstance(op, _dirs.Put):
+            if op.tar:
+                return self._upload_body(op.path, op.f, op.size, None, op.user, True, op.timeout, fmt="tar", links=op.links)
+            return self.upload_file(op.path, op.f, mode=op.mode, user=op.user, timeout=op.timeout)
+        if isinstance(op, _dirs.Get):
+            return self._download(op.path, op.f, op.user, op.timeout, fmt=op.fmt)
+        return op.fn(*op.args)
 
     def download_file(self, path: str, *, user: Optional[str] = None, timeout: Optional[float] = None,
                       digest: Optional[str] = None) -> bytes:
@@ -615,15 +603,7 @@ class Client:
                   fmt: Optional[str] = None, digest: Optional[str] = None) -> FileInfo:
         """download_file_to, or with fmt "tar" the directory path packed by relayd."""
         hashing = _files.wants_digest(digest)
-        msg: Dict[str, Any] = {"kind": "get", "path": path}
-        if user is not None:
-            msg["user"] = user
-        if not hashing:
-            msg["digest"] = _files.NONE
-        if fmt is not None:
-            msg["format"] = fmt  # in chunks: packed once, a tree changing meanwhile is relayd's error, not a cut body
-        elif self._serves(_files.BODY, timeout):
-            msg["body"] = True
+        msg = _files.get_message(path, user, hashing, fmt, fmt is None and self._serves(_files.BODY, timeout))
         with self._lock:
             id = self._next_id
             self._next_id += 1
@@ -647,40 +627,25 @@ class Client:
 
     # -- machinery --
 
-    def _wait(self, timeout: Optional[float]) -> float:
-        return self.reply_timeout if timeout is None else timeout
-
-    def _fs_wait(self, timeout: Optional[float]) -> float:
-        """How long a mark, changes or restore may take: a walk of a tree."""
-        return self.reply_timeout + _wire.FS_REPLY_TIMEOUT if timeout is None else timeout
-
-    def _call(
-        self,
-        msg: Dict[str, Any],
-        want: str,
-        wait: Optional[float],
-        on_output: Optional[OnOutput] = None,
-        on_started: Optional[OnStarted] = None,
-        raw: bool = False,
-        pump: Optional[_StdinPump] = None,
-    ) -> _wire.Reply:
+    def _call(self, req: _wire.Request[_wire.T], on_output: Optional[OnOutput] = None,
+              on_started: Optional[OnStarted] = None, pump: Optional[_StdinPump] = None) -> _wire.T:
         with self._lock:
             id = self._next_id
             self._next_id += 1
-            line = _wire.encode({"token": self._token, **msg, "id": id})
-            call = _wire.Call(id, want, on_output, on_started)
+            line = _wire.encode({"token": self._token, **req.msg, "id": id})
+            call = _wire.Call(id, req.want, on_output, on_started)
             try:
                 if pump is not None:
                     pump.call = call
                     self._pump = pump
                 try:
-                    r = self._exchange(line, call, wait, raw)
+                    r = self._exchange(line, call, req.wait, req.raw)
                 finally:
                     self._pump = None
                 if pump is not None:
                     self._finish_line(pump)
             except ProtocolError:
-                _wire.warn_ignored(call, str(msg.get("kind")))
+                _wire.warn_ignored(call, str(req.msg.get("kind")))
                 raise  # the connection stays open unless relayd closes it (handled in _exchange)
             except BaseException:
                 # Interrupted (KeyboardInterrupt, a callback that raised) or lost:
@@ -688,8 +653,8 @@ class Client:
                 # more. Closing it makes relayd settle what still runs.
                 self.close()
                 raise
-        _wire.warn_ignored(call, str(msg.get("kind")))
-        return r
+        _wire.warn_ignored(call, str(req.msg.get("kind")))
+        return req.of(r)
 
     def _exchange(self, line: bytes, call: _wire.Call, wait: Optional[float], raw: bool = False) -> _wire.Reply:
         deadline = None if wait is None else time.monotonic() + wait
@@ -844,13 +809,9 @@ class Session:
         ``on_started`` are as for execute(); with a pty, output chunks
         have stream ``"pty"`` and ``stdin`` is keystrokes (its end types
         nothing)."""
-        msg = _wire.run_message(self.name, script, timeout_ms, input, max_output_bytes)
-        if stream is not None:
-            msg["stream"] = stream
-        pump = _stdin_pump("run", msg, stdin, stdin_open, self.client._token)
-        wait = _wire.execute_wait(timeout_ms, 2 * self.client.teardown_budget, timeout)
-        r = self.client._call(msg, "executed", wait, on_output, on_started, pump=pump)
-        assert isinstance(r, Executed)
+        req = _wire.run_request(self.client, self.name, script, timeout_ms, input, max_output_bytes, stream, timeout)
+        pump = _stdin_pump("run", req.msg, stdin, stdin_open, self.client._token)
+        r = self.client._call(req, on_output, on_started, pump=pump)
         if r.cwd:
             self.cwd = r.cwd
         return r
@@ -876,9 +837,7 @@ class Session:
         if idle_ms is not None:
             msg["idleMs"] = idle_ms
         wait = timeout if timeout is not None else self.client.reply_timeout + 120.0
-        r = self.client._call(msg, "terminal", wait, raw=True)
-        assert isinstance(r, dict)
-        return r
+        return self.client._call(_wire.Request(msg, "terminal", wait, _wire.RAW))
 
     def resize(self, rows: int, cols: int) -> None:
         """Resize a pty session's terminal."""
@@ -890,10 +849,7 @@ class Session:
     def close(self, *, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Settle the whole session and return relayd's closed reply
         (``settlement``, and ``usage``: what the whole session used)."""
-        wait = timeout if timeout is not None else self.client.reply_timeout + self.client.teardown_budget
-        r = self.client._call({"kind": "close", "session": self.name}, "closed", wait, raw=True)
-        assert isinstance(r, dict)
-        return r
+        return self.client._call(_wire.close_request(self.client, self.name, timeout))
 
 
 def _stdin_pump(what: str, msg: Dict[str, Any], stdin: Optional[StdinSource], stdin_open: bool,
@@ -1155,15 +1111,11 @@ class Listener:
         if i > _wire.MAX_REPLY_LINE:
             self._drop(sock)
             return
-        try:
-            msg = _wire.decode(bytes(buf[: i + 1]))
-        except UnexpectedReplyError:
+        h = _wire.hello(bytes(buf[: i + 1]))
+        if h is None:
             self._drop(sock)
             return
-        token = msg.pop("token", None)  # the Client's own from here on, not its replies'
-        if msg["kind"] != "ready" or not isinstance(token, str):
-            self._drop(sock)
-            return
+        token, msg = h
         self._end_hello(sock)
         self._ready.append(_Held(token, sock, msg, bytes(buf[i + 1 :]), time.monotonic() + self.hold_timeout))
 
