@@ -31,6 +31,8 @@
 //     (pidfd_linux.go, SignalPinned); part of a scope, the rest of its
 //     kept subtrees, settled process by process that way (part_linux.go,
 //     Part: a trial boundary's kept-out processes, a session's command).
+//     Waiting for a process that is not relayd's child to end, on a pidfd
+//     with no polling (wait_linux.go, WaitGone: a session's subshell).
 //   - What outlives relayd (protocol rule 6.10): --state-dir records of
 //     running process-group scopes (state_linux.go), and the leftovers a
 //     relayd that no longer runs left, found from those records or from
