@@ -110,3 +110,44 @@ func Leftovers(ppid int) []string {
 	}
 	return out
 }
+
+// StartedBy reports whether pid is alive and started no later than t,
+// within /proc's 10 ms clock ticks. A pid a subject wrote into a file at
+// t names that process only if so: pids wrap (pid_max is 32768 here), and
+// a process that took the pid since started after the write. Tests kill
+// a pid read from a file only when this holds.
+func StartedBy(pid int, t time.Time) bool {
+	s, err := ReadStat(pid)
+	if err != nil || s.Dead() {
+		return false
+	}
+	var now unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_BOOTTIME, &now) != nil {
+		return false
+	}
+	age := time.Duration(now.Nano()) - time.Duration(s.Start)*time.Second/exec.ClockTicks
+	return age+20*time.Millisecond >= time.Since(t)
+}
+
+// KillFromFile SIGKILLs each pid written in path that StartedBy says is
+// the process that was written there (pinned by a pidfd while checked),
+// and never a process that took a pid since.
+func KillFromFile(path string) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return
+	}
+	for _, pid := range ReadPids(path) {
+		if !StartedBy(pid, fi.ModTime()) {
+			continue
+		}
+		start := uint64(0)
+		if s, err := ReadStat(pid); err == nil {
+			start = s.Start
+		}
+		_ = exec.SignalPinned(pid, unix.SIGKILL, func() bool {
+			s, err := ReadStat(pid)
+			return err == nil && s.Start == start
+		})
+	}
+}

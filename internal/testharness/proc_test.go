@@ -107,3 +107,27 @@ func TestPrepareOwnStateDir(t *testing.T) {
 		})
 	}
 }
+
+// TestStartedBy: a process started before its pid file was written is
+// the file's; one started after it (a pid taken since) is not.
+func TestStartedBy(t *testing.T) {
+	before := exec.Command("sleep", "30")
+	if err := before.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = before.Process.Kill(); _ = before.Wait() }()
+	time.Sleep(50 * time.Millisecond)
+	written := time.Now()
+	if !StartedBy(before.Process.Pid, written) {
+		t.Errorf("a process started before the write is not counted as the file's")
+	}
+	time.Sleep(100 * time.Millisecond)
+	after := exec.Command("sleep", "30")
+	if err := after.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = after.Process.Kill(); _ = after.Wait() }()
+	if StartedBy(after.Process.Pid, written) {
+		t.Errorf("a process started 100 ms after the write is counted as the file's: a reused pid would be killed")
+	}
+}

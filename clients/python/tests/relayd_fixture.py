@@ -204,6 +204,27 @@ def read_pid(path: str, timeout: float = 10.0) -> int:
     return pid
 
 
+def kill_group_from_file(path: str) -> None:
+    """SIGKILLs the process group whose leader's pid is written in path,
+    only if that process started before the file was written: pids wrap
+    (pid_max 32768), and a group that took the pid since is another's."""
+    try:
+        pid = int(open(path).read().strip())
+        written = os.stat(path).st_mtime
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except (OSError, ValueError):
+        return
+    start = int(stat[stat.rfind(b")") + 2:].split()[19]) / os.sysconf("SC_CLK_TCK")
+    age = time.clock_gettime(time.CLOCK_BOOTTIME) - start
+    if age + 0.02 < time.time() - written:
+        return
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:

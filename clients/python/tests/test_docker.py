@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import unittest
 from typing import Any
 
 from relayd_client.docker import TOKEN_PATH, DockerTrial, DockerTrialError
-from relayd_fixture import relayd_binary
+from relayd_fixture import kill_group_from_file, relayd_binary
 
 FAKE = r'''#!PYTHON
 import json, os, subprocess, sys, time
@@ -79,11 +78,7 @@ class DockerTrialTest(unittest.TestCase):
 
     def _kill_leftover(self) -> None:
         pidf = os.path.join(self.state, "relayd.pid")
-        if os.path.exists(pidf):
-            try:
-                os.killpg(int(open(pidf).read()), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_group_from_file(pidf)  # only the group that pid file names, not one that took its pid since
 
     def argvs(self) -> list:
         with open(os.path.join(self.state, "argv.log")) as f:

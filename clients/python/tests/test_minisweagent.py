@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "sta
 
 from minisweagent.environments import get_environment  # noqa: E402  (the stand-in)
 from minisweagent.exceptions import Submitted  # noqa: E402  (the stand-in)
-from relayd_fixture import REPO, Relayd, relayd_binary  # noqa: E402
+from relayd_fixture import REPO, Relayd, kill_group_from_file, relayd_binary  # noqa: E402
 
 from relayd_client import minisweagent as rm  # noqa: E402
 
@@ -189,7 +189,6 @@ class ImageSetting(unittest.TestCase):
 
     def setUp(self) -> None:
         import shutil
-        import signal
         import tempfile
 
         from test_docker import FAKE
@@ -206,11 +205,7 @@ class ImageSetting(unittest.TestCase):
 
         def kill_leftover() -> None:
             pidf = os.path.join(self.state, "relayd.pid")
-            if os.path.exists(pidf):
-                try:
-                    os.killpg(int(open(pidf).read()), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            kill_group_from_file(pidf)  # only the group that pid file names, not one that took its pid since
         self.addCleanup(kill_leftover)
 
     def argvs(self) -> List[List[str]]:
