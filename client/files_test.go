@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/relayd/relayd/client"
+	"github.com/relayd/relayd/internal/testharness"
 )
 
 // The client checks relayd's sha256: a get whose chunks do not add up to
@@ -146,53 +146,6 @@ func TestFilesBodies(t *testing.T) {
 	}
 }
 
-// lyingRelayd serves connections that list "body" and answer every get
-// with a raw body (protocol 4.6, "Bulk bodies") of body, followed by a
-// sent line whose sha256 is sent's (not the bytes'): a relayd, or a path
-// between, that changed the bytes or the digest.
-func lyingRelayd(t *testing.T, body []byte, sent string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				for {
-					line, err := r.ReadBytes('\n')
-					if err != nil {
-						return
-					}
-					var m struct {
-						Kind string `json:"kind"`
-						ID   int64  `json:"id"`
-					}
-					_ = json.Unmarshal(line, &m)
-					switch m.Kind {
-					case "ready":
-						fmt.Fprintf(c, `{"kind":"ready","id":%d,"protocol":1,"cwd":"/","scope":"process-group","extensions":["body"]}`+"\n", m.ID)
-					case "get":
-						fmt.Fprintf(c, `{"kind":"content","id":%d,"bytes":%d,"body":%d}`+"\n", m.ID, len(body), len(body))
-						c.Write(body)
-						fmt.Fprintf(c, `{"kind":"sent","id":%d,"sha256":"%s"}`+"\n", m.ID, sent)
-					default:
-						fmt.Fprintf(c, `{"kind":"error","id":%d,"error":{"category":"unknown-kind","message":"fake"}}`+"\n", m.ID)
-					}
-				}
-			}()
-		}
-	}()
-	return ln.Addr().String()
-}
-
 // A body get whose sent line's sha256 is not that of the bytes received
 // is ErrBadReply naming sha256, whatever the writer (a buffer, or a file,
 // which a get without a digest would splice into); the body was read
@@ -200,7 +153,7 @@ func lyingRelayd(t *testing.T, body []byte, sent string) string {
 func TestFilesSentDigestMismatch(t *testing.T) {
 	body := []byte("hello, body")
 	other := sha256.Sum256([]byte("hellO, body"))
-	addr := lyingRelayd(t, body, hex.EncodeToString(other[:]))
+	addr := testharness.BodyRelayd{Body: body, Sent: hex.EncodeToString(other[:])}.Serve(t)
 	c, err := client.Dial(context.Background(), addr, "tok")
 	if err != nil {
 		t.Fatal(err)
@@ -221,7 +174,7 @@ func TestFilesSentDigestMismatch(t *testing.T) {
 	}
 	// The same bytes with their own sha256 check out.
 	right := sha256.Sum256(body)
-	addr = lyingRelayd(t, body, hex.EncodeToString(right[:]))
+	addr = testharness.BodyRelayd{Body: body, Sent: hex.EncodeToString(right[:])}.Serve(t)
 	c2, err := client.Dial(context.Background(), addr, "tok")
 	if err != nil {
 		t.Fatal(err)

@@ -1,13 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
-	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -163,66 +159,13 @@ func TestPutGetDigestNone(t *testing.T) {
 	}
 }
 
-// lyingRelayd answers relayctl's ready listing "body" and its get with a
-// raw body whose sent line carries another sha256 than the bytes', or
-// with cut, with a body line announcing more than the bytes that follow
-// before the connection closes.
-func lyingRelayd(t *testing.T, body []byte, cut bool) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	wrong := sha256.Sum256(append([]byte("not "), body...))
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				for {
-					line, err := r.ReadBytes('\n')
-					if err != nil {
-						return
-					}
-					var m struct {
-						Kind string `json:"kind"`
-						ID   int64  `json:"id"`
-					}
-					_ = json.Unmarshal(line, &m)
-					switch m.Kind {
-					case "ready":
-						fmt.Fprintf(c, `{"kind":"ready","id":%d,"protocol":1,"cwd":"/","scope":"process-group","extensions":["body"]}`+"\n", m.ID)
-					case "get":
-						n := len(body)
-						if cut {
-							n += 1 << 20
-						}
-						fmt.Fprintf(c, `{"kind":"content","id":%d,"bytes":%d,"body":%d}`+"\n", m.ID, n, n)
-						c.Write(body)
-						if cut {
-							return
-						}
-						fmt.Fprintf(c, `{"kind":"sent","id":%d,"sha256":"%x"}`+"\n", m.ID, wrong)
-					default:
-						fmt.Fprintf(c, `{"kind":"error","id":%d,"error":{"category":"unknown-kind","message":"fake"}}`+"\n", m.ID)
-					}
-				}
-			}()
-		}
-	}()
-	return ln.Addr().String()
-}
-
 // relayctl get fails, naming sha256, when relayd's sent line does not
 // match the bytes it received, and leaves the local file as it was, with
 // no temporary file beside it.
 func TestGetSentDigestMismatch(t *testing.T) {
-	addr := lyingRelayd(t, []byte("the bytes relayd sent\n"), false)
+	body := []byte("the bytes relayd sent\n")
+	wrong := sha256.Sum256(append([]byte("not "), body...))
+	addr := testharness.BodyRelayd{Body: body, Sent: hex.EncodeToString(wrong[:])}.Serve(t)
 	tok := []string{"RELAYD_TOKEN=0123456789abcdef0123456789abcdef"}
 	dir := t.TempDir()
 	local := filepath.Join(dir, "f")
@@ -247,7 +190,7 @@ func TestGetSentDigestMismatch(t *testing.T) {
 // A relayd that closes inside a get's body: relayctl get fails and
 // leaves the local file as it was, with nothing beside it.
 func TestGetPeerClosesInsideBody(t *testing.T) {
-	addr := lyingRelayd(t, bytes.Repeat([]byte("part of a body\n"), 1000), true)
+	addr := testharness.BodyRelayd{Body: bytes.Repeat([]byte("part of a body\n"), 1000), Cut: true}.Serve(t)
 	tok := []string{"RELAYD_TOKEN=0123456789abcdef0123456789abcdef"}
 	dir := t.TempDir()
 	local := filepath.Join(dir, "f")
