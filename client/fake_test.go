@@ -152,3 +152,27 @@ func TestMaxWait(t *testing.T) {
 		t.Fatalf("gave up after %s; want MaxWait, 300ms", waited)
 	}
 }
+
+// Unmark waits as long as its context (and MaxWait) allow, as Mark does,
+// not ReplyTimeout: freeing a large mark's kept copies, or waiting for a
+// restore of it to end, takes longer than a reply relayd writes at once.
+func TestUnmarkOutlivesReplyTimeout(t *testing.T) {
+	addr := fakeRelayd(t, func(c net.Conn, r *bufio.Reader) {
+		line, err := r.ReadBytes('\n')
+		if err != nil || !strings.Contains(string(line), `"unmark"`) {
+			return
+		}
+		time.Sleep(600 * time.Millisecond)
+		fmt.Fprintf(c, `{"kind":"unmarked","id":2}`+"\n")
+		_, _ = r.ReadBytes('\n')
+	})
+	d := &client.Dialer{ReplyTimeout: 200 * time.Millisecond}
+	c, err := d.Dial(context.Background(), addr, "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Unmark(context.Background(), "base"); err != nil {
+		t.Fatalf("Unmark answered after 600ms with a 200ms ReplyTimeout: %v; want nil", err)
+	}
+}

@@ -146,10 +146,13 @@ func (c *Conn) Mark(ctx context.Context, name string, o MarkOptions) (Marked, er
 	return m, err
 }
 
-// Unmark frees the mark name and the content only it kept.
+// Unmark frees the mark name and the content only it kept. Like Mark, it
+// waits as long as ctx (and MaxWait) allow: freeing a large mark's copies,
+// or waiting for a changes or restore of it to end, can outlast
+// ReplyTimeout.
 func (c *Conn) Unmark(ctx context.Context, name string) error {
 	var r struct{}
-	return c.roundTrip(ctx, map[string]any{"kind": kindUnmark, "name": name}, &call{want: kindUnmarked, into: &r}, c.cfg.bound(c.cfg.ReplyTimeout))
+	return c.roundTrip(ctx, map[string]any{"kind": kindUnmark, "name": name}, &call{want: kindUnmarked, into: &r}, c.cfg.bound(time.Duration(math.MaxInt64)))
 }
 
 // Changes lists what differs from the mark under paths (none: all of
