@@ -481,12 +481,10 @@ func probeCgroup() string {
 	return ""
 }
 
-// killPid SIGKILLs a process a test's own subject started, if still alive.
-func killPid(pid int) {
-	if pid > 1 && alive(pid) {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-}
+// killPid SIGKILLs a process a test's own subject started, if still alive
+// and younger than this test run (testharness.KillOurs): a pid that ended
+// and was taken by an older process is left alone.
+func killPid(pid int) { testharness.KillOurs(pid) }
 
 // rssLimit scales a memory bound for the relayd under test: the race
 // detector multiplies a program's memory several times over.

@@ -151,3 +151,40 @@ func KillFromFile(path string) {
 		})
 	}
 }
+
+// selfStart is this test process's start, in clock ticks since boot.
+var selfStart = func() uint64 {
+	s, err := ReadStat(os.Getpid())
+	if err != nil {
+		return 0
+	}
+	return s.Start
+}()
+
+// Ours reports whether pid is alive and started after this test process
+// did: the most a pid learned during a test can be checked against. A
+// process older than the test run (a daemon of the machine, the test's
+// own parent) is never ours, whatever pid it holds.
+func Ours(pid int) bool {
+	if pid <= 1 || selfStart == 0 {
+		return false
+	}
+	s, err := ReadStat(pid)
+	return err == nil && !s.Dead() && s.Start >= selfStart
+}
+
+// KillOurs SIGKILLs pid if Ours says so, pinned by a pidfd while its
+// start time is checked again: a test's cleanup of a process it started.
+func KillOurs(pid int) {
+	if !Ours(pid) {
+		return
+	}
+	s, err := ReadStat(pid)
+	if err != nil {
+		return
+	}
+	_ = exec.SignalPinned(pid, unix.SIGKILL, func() bool {
+		now, err := ReadStat(pid)
+		return err == nil && now.Start == s.Start
+	})
+}

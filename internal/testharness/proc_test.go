@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -129,5 +130,32 @@ func TestStartedBy(t *testing.T) {
 	defer func() { _ = after.Process.Kill(); _ = after.Wait() }()
 	if StartedBy(after.Process.Pid, written) {
 		t.Errorf("a process started 100 ms after the write is counted as the file's: a reused pid would be killed")
+	}
+}
+
+// Ours counts a process this test started, and neither this test's
+// parent (older than the test run) nor pid 1 nor a pid that has ended.
+func TestOurs(t *testing.T) {
+	c := exec.Command("sleep", "30")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := c.Process.Pid
+	if !Ours(pid) {
+		t.Errorf("a process this test started is not ours")
+	}
+	if Ours(os.Getppid()) {
+		t.Errorf("this test's parent (pid %d) counts as ours: a test would kill a process older than itself", os.Getppid())
+	}
+	if Ours(1) {
+		t.Errorf("pid 1 counts as ours")
+	}
+	KillOurs(pid)
+	_ = c.Wait()
+	if c.ProcessState == nil || c.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Errorf("KillOurs left the process: %v", c.ProcessState)
+	}
+	if Ours(pid) {
+		t.Errorf("a reaped pid counts as ours")
 	}
 }
