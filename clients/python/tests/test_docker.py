@@ -19,7 +19,7 @@ import unittest
 from typing import Any
 
 from relayd_client.docker import TOKEN_PATH, DockerTrial, DockerTrialError
-from relayd_fixture import kill_group_from_file, relayd_binary
+from relayd_fixture import alive, kill_group_from_file, relayd_binary
 
 FAKE = r'''#!PYTHON
 import json, os, subprocess, sys, time
@@ -55,8 +55,14 @@ elif args[0] == "logs":
     print("relayd: the stand-in container's log")
 elif args[0] == "rm":
     if os.path.exists(pidf):
-        pid = int(open(pidf).read())
-        os.killpg(pid, 15)  # not our child: docker run's stand-in started it
+        pid, written = int(open(pidf).read()), os.stat(pidf).st_mtime
+        try:  # not our child: docker run's stand-in started it; only if it started before the pid file was written
+            stat = open("/proc/" + str(pid) + "/stat", "rb").read()
+            start = int(stat[stat.rfind(b")") + 2:].split()[19]) / os.sysconf("SC_CLK_TCK")
+            if time.clock_gettime(time.CLOCK_BOOTTIME) - start + 0.02 >= time.time() - written:
+                os.killpg(pid, 15)
+        except (OSError, ValueError):
+            pass
         os.unlink(pidf)
 ''' % TOKEN_PATH
 
@@ -97,7 +103,13 @@ class DockerTrialTest(unittest.TestCase):
             self.assertEqual(t.download_file("out.txt"), b"5\n")
             self.assertIs(t.client, t.client)
             token = t.token
+            with open(os.path.join(self.state, "relayd.pid")) as f:
+                pid = int(f.read())
         self.assertFalse(os.path.exists(token_dir))
+        deadline = time.monotonic() + 10
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertFalse(alive(pid), "docker rm left the container's relayd running")
         argvs = self.argvs()
         run = argvs[0]
         self.assertEqual(run[:5], ["run", "--detach", "--name", "t1", "--mount"])
