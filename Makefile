@@ -143,7 +143,7 @@ BENCHFLAGS        ?=
 BENCH_INSTALL_SSH ?=
 .PHONY: bench
 bench: build
-	$(GO) run ./cmd/relaybench --relayd $(BIN) --out bench/results.json $(if $(filter 1,$(BENCH_INSTALL_SSH)),--install-ssh) $(BENCHFLAGS)
+	$(GO) run ./bench/relaybench --relayd $(BIN) --out bench/results.json $(if $(filter 1,$(BENCH_INSTALL_SSH)),--install-ssh) $(BENCHFLAGS)
 
 ## image: relayd's image, $(IMAGE): FROM scratch with the static binary make build made (no registry needed)
 IMAGE      ?= relayd:dev

@@ -318,6 +318,8 @@ func writeTar(w io.Writer, dir string) error {
 // or one already in dir) fails the extraction naming the member. Without
 // keep, a link that would point out once the links written are followed
 // is refused when it is written and again at the end (removing it then).
+// relayd's reader (internal/session/tree.go) differs on purpose:
+// ARCHITECTURE.md, "Two tar readers, on purpose".
 func extractTar(f *os.File, dir string, keep bool) error {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return err

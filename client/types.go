@@ -86,7 +86,7 @@ type Survivor struct {
 	UID             int   `json:"uid"`     // real uid; -1 when relayd did not say (an older relayd, or the process ended)
 	Listens         []int `json:"listens"` // local TCP ports it listens on, ascending
 	Start           int64 `json:"start"`   // start time, milliseconds since the Unix epoch; 0 when unknown
-	Session         int   `json:"session"` // session id; 0 when unknown
+	Session         int   `json:"session"` // its POSIX session's id (setsid); 0 when unknown
 }
 
 // UnmarshalJSON reads a survivor; a UID relayd did not send is -1, not
@@ -313,7 +313,7 @@ type Ready struct {
 
 // Verified is relayd's reply to verify.
 type Verified struct {
-	// Quiescent: nothing of this session runs and every settlement was
+	// Quiescent: nothing of this connection runs and every settlement was
 	// confirmed. Survivors do not count against it.
 	Quiescent        bool       `json:"quiescent"`
 	Survivors        []Survivor `json:"survivors"`

@@ -60,7 +60,7 @@ const (
 	exitOK          = 0 // every settlement confirmed; listen: shut down by a signal; dial-out: ended after verify
 	exitUnconfirmed = 1 // some settlement lacked evidence (destroyed or failed): discard the environment
 	exitUsage       = 2 // refused to start, or dial-out never reached the controller: nothing ran
-	exitUnverified  = 3 // dial-out: the session ended without verify, every settlement confirmed
+	exitUnverified  = 3 // dial-out: the connection ended without verify, every settlement confirmed
 )
 
 // exitError carries an exit status to main.
@@ -315,7 +315,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 }
 
 // dialOut calls the controller, retrying with backoff, serves that one
-// session, and reports how it ended. While an execution of a lost session
+// connection, and reports how it ended. While an execution of a lost connection
 // waits for an attach (detachMs, protocol section 4.5), it calls the
 // controller again, for as long as one is detached.
 func dialOut(ctx context.Context, o options, srv *session.Server, log zerolog.Logger, stopped <-chan struct{}) error {

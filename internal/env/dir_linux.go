@@ -31,7 +31,7 @@ import (
 // with O_PATH opens the link itself). One code path on every kernel.
 //
 // These functions take no user: the caller runs them with the requesting
-// user's file-system rights (session's asUser), so that each lookup,
+// user's file-system rights (internal/session's asUser), so that each lookup,
 // creation and rename is checked, and owned, as that user's.
 
 var (

@@ -15,8 +15,8 @@
 //     makes on a master, a session's among them). drain_linux.go
 //     drains a subject's output without ever waiting for EOF to report its
 //     exit.
-//   - The scope mechanisms: Mechanism and Scope (scope.go), what the
-//     session and internal/teardown use; process groups, the shim's subtree
+//   - The scope mechanisms: Mechanism and Scope (scope.go), what
+//     internal/session and internal/teardown use; process groups, the shim's subtree
 //     alone (pgroup_linux.go); cgroup v2, a leaf per execution besides the
 //     subtree (cgroup_linux.go). Adding one is a type in a file of its own
 //     and a case in cmd/relayd/scope.go.

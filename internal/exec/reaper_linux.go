@@ -71,7 +71,7 @@ func (r *Reaper) run(ctx context.Context) {
 	}
 }
 
-// Sweep reaps every child that has ended, now. The session calls it before
+// Sweep reaps every child that has ended, now. internal/session calls it before
 // deciding whether a subject had exited (rule 6.3).
 func (r *Reaper) Sweep() {
 	r.mu.Lock()

@@ -112,7 +112,7 @@ func (p *Shims) Warm() {
 // Close ends the shims relayd no longer needs, and waits a moment for them
 // to exit: the idle ones, and those that only hold survivors left alone
 // (they exit without signalling them, which then belong to relayd's own
-// parent). A shim whose subject runs is settled by the session first.
+// parent). A shim whose subject runs is settled by internal/session first.
 func (p *Shims) Close() {
 	p.mu.Lock()
 	p.closed = true

@@ -3,7 +3,7 @@
 // validates controller messages, defines the replies, and applies the
 // result-carrier rules to a subject's stdout.
 //
-// It does no networking, runs nothing and keeps no session state: it does not
+// It does no networking, runs nothing and keeps no connection's state: it does not
 // check tokens (a Message only reports what token it carries), decide which
 // reply a message deserves, or write anything to a connection. Those belong to
 // internal/session. Nothing here logs, and no error message it builds ever

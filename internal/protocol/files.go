@@ -143,8 +143,8 @@ func (m *Message) Put(buf []byte, later bool) (*Put, *Error) {
 
 // PutBody reports whether m, a put, has "body" (section 4.6, "Bulk
 // bodies") and its value: the count of raw bytes that follow the line,
-// or -1 when it is not a whole number from 0 to 1<<62. The session's
-// reader needs it before anything else to find the next line.
+// or -1 when it is not a whole number from 0 to 1<<62. The connection's
+// reader (internal/session) needs it before anything else to find the next line.
 func (m *Message) PutBody() (n int64, present bool) {
 	if m.Kind != "put" {
 		return 0, false

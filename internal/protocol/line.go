@@ -7,7 +7,7 @@ import (
 )
 
 // ErrLineTooLong is returned by LineReader.ReadLine for a line longer than
-// the reader's limit. The session answers it with an error of category
+// the reader's limit. internal/session answers it with an error of category
 // line-too-long and closes the connection.
 var ErrLineTooLong = errors.New("protocol: line too long")
 

@@ -29,8 +29,8 @@ type inbound struct {
 	err      error
 }
 
-// conn is one controller session. Its loop is the only writer to the
-// connection and the only owner of the session's state.
+// conn is one controller's connection. Its loop is the only writer to the
+// connection and the only owner of the connection's state.
 type conn struct {
 	srv     *Server
 	c       net.Conn
@@ -45,7 +45,7 @@ type conn struct {
 	curIgnored  []string        // and the unknown fields it names (section 4.6), of the same request
 	verifies    []request       // verify requests waiting for cur to end
 	kept        []exec.Scope    // scopes of exited subjects that left survivors
-	unconfirmed bool            // a settlement of this session lacked evidence
+	unconfirmed bool            // a settlement of this connection lacked evidence
 	verified    bool
 	heard       bool // the peer sent a line
 	// paused, while not nil, is closed once the running execution's stdin
@@ -67,7 +67,7 @@ type conn struct {
 	body               *bodyIn // the raw body of the message being handled, if any (files.go)
 }
 
-// serveConn runs one session to its end and reports whether it ended after
+// serveConn serves one connection to its end and reports whether it ended after
 // verify, and whether the peer sent anything at all.
 func (s *Server) serveConn(c net.Conn, dialOut bool) (verified, heard bool) {
 	cn := &conn{srv: s, c: c, dialOut: dialOut,
@@ -111,10 +111,10 @@ func (cn *conn) loop() string {
 	var linger <-chan time.Time
 	var shutdownAt time.Time
 	for {
-		// While an execution runs, its reply comes first; the session ends at
+		// While an execution runs, its reply comes first; the connection ends at
 		// shutdown only once every execution of relayd has been answered, and
 		// until then answers an execute with shutting-down. A line the reader
-		// has read is handled before the session ends: a verify read is
+		// has read is handled before the connection ends: a verify read is
 		// always answered.
 		var curDone <-chan protocol.Executed
 		drained := cn.srv.drained
@@ -198,7 +198,7 @@ func (cn *conn) loop() string {
 	}
 }
 
-// finish ends the session: a running execution is settled first (its
+// finish ends the connection: a running execution is settled first (its
 // controller is gone or being dropped), and its reply, if the peer can still
 // take it, is sent. One that asked for detachMs is detached instead (section
 // 4.5): it runs on, and another connection may attach to it.
@@ -304,7 +304,7 @@ func (cn *conn) read(in chan<- inbound, done <-chan struct{}) {
 			return
 		}
 		if w == nil {
-			return // the stream cannot be followed: the loop ends the session
+			return // the stream cannot be followed: the loop ends the connection
 		}
 		if buf == nil {
 			buf = make([]byte, bodyBufBytes)
@@ -323,7 +323,7 @@ func (cn *conn) read(in chan<- inbound, done <-chan struct{}) {
 	}
 }
 
-// handle answers one message; a non-empty result ends the session.
+// handle answers one message; a non-empty result ends the connection.
 func (cn *conn) handle(msg *protocol.Message, perr *protocol.Error) string {
 	if msg == nil {
 		cn.writeError(nil, perr.Category, perr.Message)
@@ -567,7 +567,7 @@ func (cn *conn) attach(msg *protocol.Message, ignored []string) {
 
 // settleDetached is verify in dial-out mode, where relayd serves one
 // controller: every detached execution is ended as the running one is
-// (rule 6.2), and counts for this session's quiescence and survivors.
+// (rule 6.2), and counts for this connection's quiescence and survivors.
 func (cn *conn) settleDetached() {
 	all := cn.srv.takeAllDetached()
 	for _, ex := range all {
@@ -612,7 +612,7 @@ func (cn *conn) finished(res protocol.Executed) {
 }
 
 // answerVerifies answers the verify requests that waited for the running
-// execution. In dial-out mode a verify ends the session.
+// execution. In dial-out mode a verify ends the connection.
 func (cn *conn) answerVerifies() string {
 	if len(cn.verifies) == 0 || cn.cur != nil {
 		return ""
@@ -631,7 +631,7 @@ func (cn *conn) answerVerifies() string {
 	return ""
 }
 
-// survivors lists the live processes that exited subjects of this session
+// survivors lists the live processes that exited subjects of this connection
 // left behind, each once and at most protocol.MaxSurvivors of them, counts
 // the rest, and stops tracking scopes that are empty.
 func (cn *conn) survivors() ([]protocol.Survivor, int) {
@@ -745,6 +745,6 @@ func (cn *conn) lostWriting(err error) {
 		_ = cn.c.Close()
 	}
 	cn.lost.Store(true)
-	// Unblock the reader too: the session is over.
+	// Unblock the reader too: the connection is over.
 	_ = cn.c.SetReadDeadline(time.Now())
 }

@@ -36,9 +36,9 @@ func (s *Server) detach(ex *execution, reason string) {
 	}
 	ex.attached = make(chan struct{})
 	s.detached[ex.id] = ex
-	// A keeper counts as a session: Serve and Wait return only once it is
+	// A keeper counts as a connection served: Serve and Wait return only once it is
 	// done, so that relayd never exits with a detached execution running.
-	s.sessions.Add(1)
+	s.serving.Add(1)
 	s.mu.Unlock()
 	ex.log.Info().Str("reason", reason).Int64("detachMs", ex.req.DetachMs).
 		Msg("connection lost; execution detached, waiting for an attach")
@@ -49,7 +49,7 @@ func (s *Server) detach(ex *execution, reason string) {
 // shuts down), rule 6.4 applies as on any transport loss: what runs is
 // settled, and the reply, which nobody can take any more, is dropped.
 func (s *Server) keepDetached(ex *execution, attached <-chan struct{}) {
-	defer s.sessions.Done()
+	defer s.serving.Done()
 	t := time.NewTimer(time.Duration(ex.req.DetachMs) * time.Millisecond)
 	defer t.Stop()
 	reason := "nobody attached within detachMs"

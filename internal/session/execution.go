@@ -26,7 +26,7 @@ const cutLimit = 2 * time.Second
 
 // execution is one execute request from start to reply. Its goroutine sends
 // exactly one Executed on done; stop may be called any number of times, from
-// the session loop or a trial boundary (trial.go).
+// the connection's loop or a trial boundary (trial.go).
 type execution struct {
 	id       string
 	reqID    json.RawMessage

@@ -19,7 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The file transfers of section 4.6 ("Files"), served by the session loop:
+// The file transfers of section 4.6 ("Files"), served by the connection's loop:
 // a put's chunks are written as they come, a get's are read and sent one
 // at a time, so that memory holds one chunk whatever the file's size.
 
@@ -351,14 +351,14 @@ func (x *transfer) stored(token string) protocol.Stored {
 // opens the transfer and tells the reader to copy the body into it; the
 // reader reports the body whole (bodyCopied) or the stream lost. A refused
 // put's body is read and dropped; one whose "body" is not a count ends
-// the session (bodyAfter), as nothing tells where the next line starts.
+// the connection (bodyAfter), as nothing tells where the next line starts.
 func (cn *conn) putBody(msg *protocol.Message, ignored []string) {
 	b := cn.body
 	b.claimed = true
 	if b.n < 0 {
 		cn.failTransfer(msg, ignored, protocol.CatBadRequest,
 			`put: "body" must be a whole number of bytes; closing the connection: where the next message starts is unknown`)
-		return // bodyAfter ends the session
+		return // bodyAfter ends the connection
 	}
 	cn.files.discarding = false // a body names its path: a new transfer
 	if x := cn.files.xfer; x != nil {
@@ -394,7 +394,7 @@ func (cn *conn) putBody(msg *protocol.Message, ignored []string) {
 
 // bodyAfter is what happens to a body its message did not claim (the
 // message was refused before put saw it): dropped, or, when its length is
-// unknown, the session ends.
+// unknown, the connection ends.
 func (cn *conn) bodyAfter(b *bodyIn) string {
 	if b.n < 0 {
 		if !b.claimed {
@@ -451,7 +451,7 @@ func (cn *conn) failTransfer(msg *protocol.Message, ignored []string, category, 
 }
 
 // abandonTransfer removes the temporary file of a transfer left open when
-// the session ends.
+// the connection ends.
 func (cn *conn) abandonTransfer() {
 	if s := cn.files.body; s != nil {
 		<-cn.files.bodyIn.copied // the connection is closed: the reader stops at once
@@ -753,7 +753,7 @@ func (cn *conn) get(msg *protocol.Message, ignored []string) {
 // that ends early is made up with zero bytes. One that ended early, grew,
 // or whose size, modification or change time moved while it was sent is
 // answered by a failed error in place of sent: the stream stays in step
-// and the session serves on; the bytes sent are not a file. With
+// and the connection serves on; the bytes sent are not a file. With
 // "digest":"none" nothing is hashed and the bytes go by sendfile(2).
 func (cn *conn) getBody(id json.RawMessage, g *protocol.Get, path string, f *os.File) {
 	before, err := fileStamp(f)

@@ -36,7 +36,7 @@ import (
 //     timeout to zero-window probes), as it does after --write-timeout.
 //
 // Either way the next read fails with ETIMEDOUT (or EHOSTUNREACH when an
-// ICMP error arrived meanwhile), which the session treats as transport loss
+// ICMP error arrived meanwhile), which the connection's loop treats as transport loss
 // (rule 6.4): a running execution is settled.
 
 // peerProbeInterval is the keepalive idle time and probe interval for a

@@ -101,7 +101,7 @@ const DefaultMaxStdinBuffer = 4 << 20
 // DefaultArtifactLimit is the default of --max-artifact-bytes (protocol section 9).
 const DefaultArtifactLimit = 64 << 20
 
-// Server runs sessions, in listen mode or dial-out mode.
+// Server serves connections, in listen mode or dial-out mode.
 type Server struct {
 	cfg         Config
 	tokenDigest [sha256.Size]byte // of cfg.Token: what tokenOK compares
@@ -114,7 +114,7 @@ type Server struct {
 	running    int           // executions admitted and not yet ended
 	stopping   chan struct{} // closed by Shutdown: stop accepting, settle what runs
 	stopped    bool
-	drained    chan struct{}   // closed once stopping and nothing runs: sessions end
+	drained    chan struct{}   // closed once stopping and nothing runs: connections end
 	destroyCtx context.Context // cancelled by Destroy: settle no longer, kill
 	destroy    context.CancelFunc
 	detached   map[string]*execution // executions waiting for an attach (section 4.5), by name
@@ -126,11 +126,11 @@ type Server struct {
 	trialMu    sync.Mutex   // one trial boundary at a time
 	boundaries atomic.Int64 // trial boundaries so far, added to under trialMu; status reads it without waiting
 
-	sessions    sync.WaitGroup
-	conns       atomic.Int64 // open listen-mode connections
-	unconfirmed atomic.Bool  // some settlement was not confirmed
-	nsKilledAt  atomic.Int64 // when a destroy last SIGKILLed every process of relayd's PID namespace (unix ns)
-	maka        makaFiles    // the maka layout's artifact files (artifacts.go)
+	serving     sync.WaitGroup // connections served and detached executions' keepers (detach.go)
+	conns       atomic.Int64   // open listen-mode connections
+	unconfirmed atomic.Bool    // some settlement was not confirmed
+	nsKilledAt  atomic.Int64   // when a destroy last SIGKILLed every process of relayd's PID namespace (unix ns)
+	maka        makaFiles      // the maka layout's artifact files (artifacts.go)
 
 	shells   map[string]*shell // open shell sessions by name (shell.go), under mu
 	shellSeq uint64            // the last session's number, under mu
@@ -199,7 +199,7 @@ func (s *Server) artifactPath(id, stream string) string {
 }
 
 // Serve accepts controllers on every listener (TCP, and the Unix socket of
-// relayd bridge) until Shutdown, then waits for every session to finish
+// relayd bridge) until Shutdown, then waits for every connection to finish
 // (each running execution settled and answered). It returns the first
 // listener's failure.
 func (s *Server) Serve(lns ...net.Listener) error {
@@ -215,7 +215,7 @@ func (s *Server) Serve(lns ...net.Listener) error {
 		}()
 	}
 	loops.Wait()
-	s.sessions.Wait()
+	s.serving.Wait()
 	return errors.Join(errs...)
 }
 
@@ -250,9 +250,9 @@ func (s *Server) accept(ln net.Listener) error {
 			continue
 		}
 		s.conns.Add(1)
-		s.sessions.Add(1)
+		s.serving.Add(1)
 		go func() {
-			defer s.sessions.Done()
+			defer s.serving.Done()
 			defer s.conns.Add(-1)
 			s.serveConn(conn, false)
 		}()
@@ -279,18 +279,18 @@ func isTemporaryAccept(err error) bool {
 		errors.Is(err, syscall.ECONNABORTED)
 }
 
-// ServeOne serves a single session on conn, as dial-out mode does. It
-// reports whether the session ended after verify, and whether the
+// ServeOne serves a single connection, conn, as dial-out mode does. It
+// reports whether the connection ended after verify, and whether the
 // controller sent anything at all (one that closed before a word may be a
 // Listener without room: dial-out calls again).
 func (s *Server) ServeOne(conn net.Conn) (verified, heard bool) {
-	s.sessions.Add(1)
-	defer s.sessions.Done()
+	s.serving.Add(1)
+	defer s.serving.Done()
 	return s.serveConn(conn, true)
 }
 
 // Shutdown stops accepting, settles every running execution and answers its
-// controller; Serve returns when all sessions are done.
+// controller; Serve returns when all connections are done.
 func (s *Server) Shutdown() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -340,8 +340,8 @@ func (s *Server) Destroy() {
 	s.destroy()
 }
 
-// Wait returns once every session has ended.
-func (s *Server) Wait() { s.sessions.Wait() }
+// Wait returns once every connection has ended.
+func (s *Server) Wait() { s.serving.Wait() }
 
 // Confirmed reports whether every settlement so far had evidence.
 func (s *Server) Confirmed() bool { return !s.unconfirmed.Load() }

@@ -204,7 +204,7 @@ func (st *streamer) giveBack(i int, buf []byte) {
 // send writes data as output messages of at most streamPiece bytes, the
 // first carrying dropped, and returns what was not delivered (dropped
 // included): everything when there is no connection to write to. A failed
-// write makes that connection gone, which its session notices.
+// write makes that connection gone, which its loop notices.
 func (st *streamer) send(i int, data []byte, dropped int64) (lost int64) {
 	cn, id := st.ex.destination()
 	if cn == nil {

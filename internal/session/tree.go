@@ -30,6 +30,10 @@ import (
 // is reached from the directory held open, one name at a time, by
 // env.Dir: no link is followed, nothing is opened that could block, and
 // it all runs with the request's user's rights (asUser).
+//
+// The Go client unpacks a downloaded tree with a reader of its own
+// (client/dirs.go): ARCHITECTURE.md, "Two tar readers, on purpose", says
+// why the two share no code.
 
 // maxTreeMembers bounds the members of one tree, either way: what relayd
 // keeps per member (a directory's times, a file's name for hard links)

@@ -14,7 +14,7 @@ import (
 // The trial boundary (protocol 4.6): verify with "all" ends every
 // execution of the daemon, whichever connection runs it or whether it is
 // detached, and lists (or settles) the survivors of every execution. The
-// Server keeps what that needs beside the sessions: the executions that
+// Server keeps what that needs beside the connections: the executions that
 // run (live) and the scopes left alone with survivors (left), which
 // outlive the connection that ran them.
 
@@ -122,10 +122,10 @@ func (s *Server) pruneLeft() {
 }
 
 // boundary answers a verify with "all" (protocol 4.6). It runs on the
-// session loop of the connection that asked, which it holds until the
+// loop of the connection that asked, which it holds until the
 // reply is written: the executions it ends are answered by their own
 // connections' loops meanwhile. It returns a non-empty reason when the
-// session must end (a verify without all that came before it, in
+// connection must end (a verify without all that came before it, in
 // dial-out mode).
 func (cn *conn) boundary(rq request, v *protocol.Verify) string {
 	s := cn.srv

@@ -2,7 +2,7 @@
 // SIGKILL to what is left, until there is positive evidence that nothing of
 // the scope remains, always within a deadline.
 //
-// It never decides whether a scope should be settled (that is the session's
+// It never decides whether a scope should be settled (that is internal/session's
 // call, by the lifecycle rules) and it never reports a scope gone without
 // evidence: a look that fails counts as a live scope.
 package teardown

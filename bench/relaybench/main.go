@@ -7,7 +7,7 @@
 // medians and p99s with the ratios and the targets, and writes the same
 // figures as JSON.
 //
-//	go run ./cmd/relaybench --relayd bin/relayd --out bench/results.json
+//	go run ./bench/relaybench --relayd bin/relayd --out bench/results.json
 //
 // It waits only for the exact pids it starts (relayd, its own bare spawns,
 // ssh and sshd), never wait4(-1): relayd's subjects are relayd's to reap.
@@ -17,6 +17,29 @@
 // It does not change relayd, and its targets are goals, not assertions: a
 // missed target is printed as such and the exit status stays 0. It exits 1
 // only when it could not measure at all (no relayd binary, a bad flag).
+//
+// It lives in bench/, beside the results.json that make bench writes, not
+// in cmd/, which holds the programs a user runs (relayd, relayctl). Its
+// files, by what they measure (each section is a --only name):
+//
+//   - main.go: the flags, the order of the sections, the run's deadline and
+//     its cleanups.
+//   - roundtrip.go: roundtrip and ssh, one execute of /bin/true against a
+//     bare spawn (spawn_linux.go: fork-exec and a fresh cgroup leaf) and
+//     OpenSSH's master connection (ssh.go: a private sshd); a shell
+//     session's command (session.go) and a pty's echo (pty.go) as rows of it.
+//   - throughput.go: throughput, many connections executing at once.
+//   - settle.go: settle, trees of 10 to 1,000 processes ended by timeoutMs.
+//   - output.go: output, 1 GiB of stdout, raw and through the carrier.
+//   - footprint.go: footprint, the binary, its start and idle connections.
+//   - docker.go: docker, docker exec beside relayd in one container (the
+//     concurrent bursts: dockerconc.go; a Terminal-Bench step: terminus.go).
+//   - compare.go: compare, an older relayd (--before) in turns with this one.
+//   - fleet.go: fleet, many dial-out relayds against one controller.
+//   - transfer.go: transfer and loopback, bulk bytes through the bridge.
+//   - marks.go: marks, protocol 4.9's marks, changes and restores.
+//   - relayd.go: the relayds a section starts (through testharness);
+//     report.go: the figures, the table and the JSON.
 package main
 
 import (

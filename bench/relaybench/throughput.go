@@ -7,7 +7,7 @@ import (
 )
 
 // loadSeries is one way of running /bin/true from many goroutines at once:
-// bare spawns, or sessions of a relayd (one connection each).
+// bare spawns, or connections to a relayd.
 type loadSeries struct {
 	name  string
 	op    func(worker int) error
@@ -76,7 +76,7 @@ func (s *loadSeries) figure() *figure {
 	return f
 }
 
-// throughput is section 2: 1, 8 and 32 sessions executing /bin/true for a
+// throughput is section 2: 1, 8 and 32 connections executing /bin/true for a
 // fixed time, against bare spawns from as many goroutines, per mechanism.
 // Series take turns in chunks, so drift on a busy machine hits each alike.
 func (b *bench) throughput() {
@@ -92,12 +92,12 @@ func (b *bench) throughput() {
 			stops[i]()
 		}
 	}()
-	// One relayd per mechanism, with a connection per session.
+	// One relayd per mechanism, with top connections to each.
 	top := levels[len(levels)-1]
-	pgSessions := b.sessionsOf(b.cfg.relayd, "process-group", top, "throughput", &stops)
-	cgSessions := b.sessionsOf(b.cfg.relayd, "cgroup", top, "throughput", &stops)
-	pgOp, pgSkip := pgSessions.op, pgSessions.skip
-	cgOp, cgSkip := cgSessions.op, cgSessions.skip
+	pgConns := b.connsOf(b.cfg.relayd, "process-group", top, "throughput", &stops)
+	cgConns := b.connsOf(b.cfg.relayd, "cgroup", top, "throughput", &stops)
+	pgOp, pgSkip := pgConns.op, pgConns.skip
+	cgOp, cgSkip := cgConns.op, cgConns.skip
 	var cgSpawn func(int) error
 	bareCgSkip := b.cgSkip
 	if bareCgSkip == "" {

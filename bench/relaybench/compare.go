@@ -22,7 +22,7 @@ func (b *bench) compare() {
 	b.compareOutput(sec, before)
 }
 
-// compareThroughput: 32 sessions executing /bin/true at once, per
+// compareThroughput: 32 connections executing /bin/true at once, per
 // mechanism, the two relayds taking turns in chunks; the figure is
 // executes per second, counted per window. Ratios above 1x are faster.
 func (b *bench) compareThroughput(sec *section, before string) {
@@ -36,13 +36,13 @@ func (b *bench) compareThroughput(sec *section, before string) {
 	}()
 	for _, mech := range []string{"process-group", "cgroup"} {
 		name := fmt.Sprintf("relayd %s x%d", mech, n)
-		old := b.sessionsOf(before, mech, n, "compare, throughput", &stops)
+		old := b.connsOf(before, mech, n, "compare, throughput", &stops)
 		old.name = "before: " + name
-		now := b.sessionsOf(b.cfg.relayd, mech, n, "compare, throughput", &stops)
+		now := b.connsOf(b.cfg.relayd, mech, n, "compare, throughput", &stops)
 		now.name = name
 		logf("compare: %s, %d chunks of %s each", name, chunks, chunk)
 		for _, s := range []*loadSeries{old, now} {
-			s.run(n, chunk, win) // warm-up: a shim pool grows to the sessions
+			s.run(n, chunk, win) // warm-up: a shim pool grows to the connections
 			s.rates, s.total, s.spent = nil, 0, 0
 		}
 		for c := 0; c < chunks; c++ {
@@ -59,9 +59,9 @@ func (b *bench) compareThroughput(sec *section, before string) {
 	}
 }
 
-// sessionsOf is a load series of n sessions (one connection each) of a
+// connsOf is a load series of n connections to a
 // relayd of bin with the mechanism mech; what names it when it stops.
-func (b *bench) sessionsOf(bin, mech string, n int, what string, stops *[]func()) *loadSeries {
+func (b *bench) connsOf(bin, mech string, n int, what string, stops *[]func()) *loadSeries {
 	s := &loadSeries{}
 	d, why := b.relaydFor(bin, mech, what, stops)
 	if why != "" {
