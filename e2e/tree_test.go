@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -383,5 +384,42 @@ func TestTreeGetSpecials(t *testing.T) {
 	st := putTree(t, cl, "deep", tarOf(t, []member{{tar.Header{Name: deep, Typeflag: tar.TypeReg, Mode: 0o644}, "x"}}), nil, false)
 	if !strings.Contains(fmt.Sprint(st["refused"]), "directories deep") {
 		t.Errorf("a member 300 directories deep: %v; want it refused", st)
+	}
+}
+
+// A tree `git archive` made: its first member is a pax global header
+// (pax_global_header, holding the commit id), which is no member: it is
+// skipped, as tar and the clients' downloads skip it, neither written
+// nor refused.
+func TestTreeGitArchive(t *testing.T) {
+	repo := t.TempDir()
+	git := func(args ...string) []byte {
+		t.Helper()
+		c := exec.Command("git", append([]string{"-C", repo, "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"}, args...)...)
+		out, err := c.Output()
+		if err != nil {
+			t.Fatalf("git %v: %v", args, err)
+		}
+		return out
+	}
+	git("init", "-q")
+	if err := os.WriteFile(filepath.Join(repo, "main.py"), []byte("print('hi')\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git("add", "main.py")
+	git("commit", "-q", "-m", "one")
+	archive := git("archive", "--format=tar", "HEAD")
+	if !bytes.Contains(archive, []byte("pax_global_header")) {
+		t.Fatalf("git archive wrote no pax global header; the test needs one")
+	}
+	d := startRelayd(t, opts{})
+	cl := d.connect()
+	st := putTree(t, cl, "src", archive, msg{"parents": true}, false)
+	if st["kind"] != "stored" || st["refused"] != nil || fmt.Sprint(st["files"]) != "1" {
+		t.Fatalf("put of git archive's tar: %v; want stored, one file, nothing refused", st)
+	}
+	ents, _ := os.ReadDir(filepath.Join(d.workspace, "src"))
+	if len(ents) != 1 || ents[0].Name() != "main.py" {
+		t.Fatalf("the tree holds %v; want main.py alone", ents)
 	}
 }

@@ -223,6 +223,9 @@ func (u *unpacker) owner(h *tar.Header) (int, int) {
 
 // member writes one member.
 func (u *unpacker) member(h *tar.Header, body io.Reader) error {
+	if h.Typeflag == tar.TypeXGlobalHeader {
+		return nil // pax defaults for what follows (git archive writes one), not a member
+	}
 	parts, ok := memberPath(h.Name)
 	name := h.Name
 	if !ok {
