@@ -153,7 +153,7 @@ func TestFilesBodies(t *testing.T) {
 func TestFilesSentDigestMismatch(t *testing.T) {
 	body := []byte("hello, body")
 	other := sha256.Sum256([]byte("hellO, body"))
-	addr := testharness.BodyRelayd{Body: body, Sent: hex.EncodeToString(other[:])}.Serve(t)
+	addr := serveFake(t, testharness.BodyRelayd{Body: body, Sent: hex.EncodeToString(other[:])})
 	c, err := client.Dial(context.Background(), addr, "tok")
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +174,7 @@ func TestFilesSentDigestMismatch(t *testing.T) {
 	}
 	// The same bytes with their own sha256 check out.
 	right := sha256.Sum256(body)
-	addr = testharness.BodyRelayd{Body: body, Sent: hex.EncodeToString(right[:])}.Serve(t)
+	addr = serveFake(t, testharness.BodyRelayd{Body: body, Sent: hex.EncodeToString(right[:])})
 	c2, err := client.Dial(context.Background(), addr, "tok")
 	if err != nil {
 		t.Fatal(err)
@@ -184,4 +184,15 @@ func TestFilesSentDigestMismatch(t *testing.T) {
 	if tr, err := c2.GetFile(context.Background(), "x", "", &got); err != nil || got.String() != string(body) || tr.Sha256 != hex.EncodeToString(right[:]) {
 		t.Fatalf("GetFile with the right sent sha256: %q, %+v, %v; want the body", got.String(), tr, err)
 	}
+}
+
+// serveFake serves f until the test ends.
+func serveFake(t *testing.T, f testharness.BodyRelayd) string {
+	t.Helper()
+	addr, stop, err := f.Serve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return addr
 }

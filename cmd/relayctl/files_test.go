@@ -165,7 +165,7 @@ func TestPutGetDigestNone(t *testing.T) {
 func TestGetSentDigestMismatch(t *testing.T) {
 	body := []byte("the bytes relayd sent\n")
 	wrong := sha256.Sum256(append([]byte("not "), body...))
-	addr := testharness.BodyRelayd{Body: body, Sent: hex.EncodeToString(wrong[:])}.Serve(t)
+	addr := serveFake(t, testharness.BodyRelayd{Body: body, Sent: hex.EncodeToString(wrong[:])})
 	tok := []string{"RELAYD_TOKEN=0123456789abcdef0123456789abcdef"}
 	dir := t.TempDir()
 	local := filepath.Join(dir, "f")
@@ -190,7 +190,7 @@ func TestGetSentDigestMismatch(t *testing.T) {
 // A relayd that closes inside a get's body: relayctl get fails and
 // leaves the local file as it was, with nothing beside it.
 func TestGetPeerClosesInsideBody(t *testing.T) {
-	addr := testharness.BodyRelayd{Body: bytes.Repeat([]byte("part of a body\n"), 1000), Cut: true}.Serve(t)
+	addr := serveFake(t, testharness.BodyRelayd{Body: bytes.Repeat([]byte("part of a body\n"), 1000), Cut: true})
 	tok := []string{"RELAYD_TOKEN=0123456789abcdef0123456789abcdef"}
 	dir := t.TempDir()
 	local := filepath.Join(dir, "f")
@@ -209,4 +209,15 @@ func TestGetPeerClosesInsideBody(t *testing.T) {
 			t.Fatalf("the directory holds %v after a cut get; want only the file that was there", ents)
 		}
 	}
+}
+
+// serveFake serves f until the test ends.
+func serveFake(t *testing.T, f testharness.BodyRelayd) string {
+	t.Helper()
+	addr, stop, err := f.Serve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return addr
 }

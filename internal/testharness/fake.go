@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"testing"
 )
 
 // BodyRelayd is a fake relayd for a controller's tests of bulk bodies
@@ -22,14 +21,12 @@ type BodyRelayd struct {
 	Cut  bool
 }
 
-// Serve listens on loopback until the test ends and returns the address.
-func (f BodyRelayd) Serve(t testing.TB) string {
-	t.Helper()
+// Serve listens on loopback until stop is called and returns the address.
+func (f BodyRelayd) Serve() (addr string, stop func(), err error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return "", nil, err
 	}
-	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -39,7 +36,7 @@ func (f BodyRelayd) Serve(t testing.TB) string {
 			go f.serve(c)
 		}
 	}()
-	return ln.Addr().String()
+	return ln.Addr().String(), func() { ln.Close() }, nil
 }
 
 func (f BodyRelayd) serve(c net.Conn) {
