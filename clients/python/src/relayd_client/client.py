@@ -10,7 +10,6 @@ write_stdin() (feed an execute run with ``stdin_open``)."""
 from __future__ import annotations
 
 import hmac
-import io
 import select
 import selectors
 import socket
@@ -20,7 +19,7 @@ import time
 from types import TracebackType
 from typing import IO, Any, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
-from . import _dirs, _files, _wire
+from . import _dirs, _files, _ops, _wire
 from ._files import FileInfo
 from ._wire import Address, BoundaryFilesSpec, KeepEntry, OnOutput, OnStarted, Paths, StdinSource
 from .errors import ConnectionLostError, ProtocolError, RelaydError, ReplyTimeoutError, UnexpectedReplyError
@@ -376,8 +375,7 @@ class Client:
         settled, then a restore of every kept subtree of ``mark``. Returns
         both replies' evidence; ``pristine`` says whether the processes are
         gone (confirmed) and the kept files are as marked."""
-        v = self.boundary(survivors="settle", timeout=timeout)
-        return Recycled(boundary=v, restored=self.restore(mark, timeout=timeout))
+        return self._drive(_ops.recycle(self, mark, timeout))
 
     def session(self, *, shell: Optional[str] = None, user: Optional[str] = None, cwd: Optional[str] = None,
                 environment: Optional[Mapping[str, str]] = None, credentials: Optional[Mapping[str, str]] = None,
@@ -421,30 +419,7 @@ class Client:
         itself (protocol 4.6, "Bulk bodies"). NotFoundError for a
         missing parent, BadRequestError for a directory, a symbolic link
         relayd does not follow, a bad mode, a file over --max-file-bytes."""
-        tally = _files.Tally(_files.wants_digest(digest))
-        size = _files.body_size(data)
-        if size is not None and self._serves(_files.BODY, timeout):
-            return self._upload_body(path, data, size, mode, user, parents, timeout, digest=digest)
-        with self._lock:
-            id = self._next_id
-            self._next_id += 1
-            call = _wire.Call(id, "stored")
-            try:
-                line: Optional[bytes] = None
-                for m in _files.put_messages(path, data, mode=mode, user=user, parents=parents, tally=tally):
-                    if line is not None:
-                        if self._answered():
-                            line = b""  # refused already: relayd drops what would follow; read why
-                            break
-                        self._send(line)
-                    line = _wire.encode({"token": self._token, **m, "id": id})
-                assert line is not None
-                r = self._exchange(line, call, _wire.reply_wait(self, timeout), raw=True)
-            except BaseException as e:
-                raise self._put_failed(call, e)
-        _wire.warn_ignored(call, "put")
-        assert isinstance(r, dict)
-        return _files.stored(r, tally.n, tally.hexdigest())
+        return self._drive(_ops.upload_file(self, path, data, mode, user, parents, timeout, digest))
 
     def _put_failed(self, call: _wire.Call, e: BaseException) -> BaseException:
         """What a put that failed while sending raises: a refusal as it
@@ -461,35 +436,45 @@ class Client:
             return lost
         return e
 
-    def _serves(self, extension: str, timeout: Optional[float]) -> bool:
-        """Whether relayd lists extension in its ready (asked once)."""
-        if self._extensions is None:
-            ready = self.first_ready or self.ready(timeout=timeout)
-            self._extensions = frozenset(ready.extensions)
-        return extension in self._extensions
-
-    def _upload_body(self, path: str, data: _files.Source, size: int, mode: Optional[int], user: Optional[str],
-                     parents: bool, timeout: Optional[float], fmt: Optional[str] = None,
-                     links: Optional[str] = None, digest: Optional[str] = None) -> FileInfo:
-        """A put of one raw body (protocol 4.6, "Bulk bodies"): its line,
-        then the size bytes, sent whole even when relayd refuses the put
-        (it reads and drops them, and the stream stays in step)."""
-        tally = _files.Tally(_files.wants_digest(digest))
+    def _put_lines(self, op: _ops.PutLines) -> Any:
+        """A put as lines, each sent while relayd has not answered (a refusal)."""
         with self._lock:
             id = self._next_id
             self._next_id += 1
             call = _wire.Call(id, "stored")
-            msg = _files.put_body_message(path, size, mode=mode, user=user, parents=parents, fmt=fmt, links=links, digest=tally.hashing)
             try:
-                self._send(_wire.encode({"token": self._token, **msg, "id": id}))
-                for b in _files.body_pieces(data, size, tally):
-                    self._send(b)
-                r = self._exchange(b"", call, _wire.reply_wait(self, timeout), raw=True)
+                line: Optional[bytes] = None
+                for m in op.msgs:
+                    if line is not None:
+                        if self._answered():
+                            line = b""  # refused already: relayd drops what would follow; read why
+                            break
+                        self._send(line)
+                    line = _wire.encode({"token": self._token, **m, "id": id})
+                assert line is not None
+                r = self._exchange(line, call, op.wait, raw=True)
             except BaseException as e:
                 raise self._put_failed(call, e)
         _wire.warn_ignored(call, "put")
-        assert isinstance(r, dict)
-        return _files.stored(r, tally.n, tally.hexdigest())
+        return r
+
+    def _put_body(self, op: _ops.PutBody) -> Any:
+        """A put of one raw body: its line, then the bytes, sent whole even
+        when relayd refuses the put (it reads and drops them, and the
+        stream stays in step)."""
+        with self._lock:
+            id = self._next_id
+            self._next_id += 1
+            call = _wire.Call(id, "stored")
+            try:
+                self._send(_wire.encode({"token": self._token, **op.msg, "id": id}))
+                for b in op.pieces:
+                    self._send(b)
+                r = self._exchange(b"", call, op.wait, raw=True)
+            except BaseException as e:
+                raise self._put_failed(call, e)
+        _wire.warn_ignored(call, "put")
+        return r
 
     def _read_body(self, n: int, call: _files.ContentCall, deadline: Optional[float]) -> None:
         """Hands the n raw bytes that follow a content line to call."""
@@ -533,7 +518,7 @@ class Client:
         it is, whatever its target (a virtual environment's link to
         /usr/bin/python3), as docker cp keeps it. Nothing is ever written
         through a link. ``links`` other than None or "keep": ValueError."""
-        self._drive(_dirs.upload_dir(local_dir, remote_dir, user=user, timeout=timeout, links=links))
+        self._drive(_ops.tree(self, _dirs.upload_dir(local_dir, remote_dir, user=user, timeout=timeout, links=links)))
 
     def download_dir(self, remote_dir: str, local_dir: str, *, user: Optional[str] = None,
                      timeout: Optional[float] = None, links: Optional[str] = None) -> None:
@@ -545,27 +530,26 @@ class Client:
         (DirectoryError). By default a link that leads outside
         ``local_dir`` is refused too; with ``links="keep"`` every link is
         kept as it is, whatever its target, as docker cp keeps it."""
-        self._drive(_dirs.download_dir(remote_dir, local_dir, user=user, timeout=timeout, links=links))
+        self._drive(_ops.tree(self, _dirs.download_dir(remote_dir, local_dir, user=user, timeout=timeout, links=links)))
 
-    def _drive(self, plan: _dirs.Plan) -> None:
-        """Runs a plan of the core (_dirs) with this client's I/O."""
-        d = _dirs.Driver(plan)
+    def _drive(self, plan: _ops.Plan[_wire.T]) -> _wire.T:
+        """Runs a plan of the core (_ops) with this client's I/O."""
+        d: _ops.Driver[_ops.Op, _wire.T] = _ops.Driver(plan)
         while (op := d.next()) is not None:
             with d.doing():
                 d.value = self._do(op)
+        return d.result
 
-    def _do(self, op: _dirs.Op) -> Any:
+    def _do(self, op: _ops.Op) -> Any:
         """What one request of a plan asks, done."""
-        if isinstance(op, _dirs.Serves):
-            return self._serves(op.extension, op.timeout)
-        if isinstance(op, _dirs.Shell):
-            return self.execute("sh", ["-c", op.script, "sh", *op.args], user=op.user, capture_stderr=True, timeout=op.timeout)
-        if isinstance(op, _dirs.Put):
-            if op.tar:
-                return self._upload_body(op.path, op.f, op.size, None, op.user, True, op.timeout, fmt="tar", links=op.links)
-            return self.upload_file(op.path, op.f, mode=op.mode, user=op.user, timeout=op.timeout)
-        if isinstance(op, _dirs.Get):
-            return self._download(op.path, op.f, op.user, op.timeout, fmt=op.fmt)
+        if isinstance(op, _ops.Ask):
+            return self._call(op.req)
+        if isinstance(op, _ops.PutLines):
+            return self._put_lines(op)
+        if isinstance(op, _ops.PutBody):
+            return self._put_body(op)
+        if isinstance(op, _ops.Fetch):
+            return self._fetch(op)
         return op.fn(*op.args)
 
     def download_file(self, path: str, *, user: Optional[str] = None, timeout: Optional[float] = None,
@@ -577,9 +561,7 @@ class Client:
         FailedError when the file changed while relayd sent it. For a
         large file, use download_file_to, which holds one chunk at a
         time, or download_file_as."""
-        buf = io.BytesIO()
-        self.download_file_to(path, buf, user=user, timeout=timeout, digest=digest)
-        return buf.getvalue()
+        return self._drive(_ops.download_file(self, path, user, timeout, digest))
 
     def download_file_to(self, path: str, out: IO[bytes], *, user: Optional[str] = None,
                          timeout: Optional[float] = None, digest: Optional[str] = None) -> FileInfo:
@@ -589,28 +571,25 @@ class Client:
         the file may have been written (download_file_as leaves nothing).
         ``timeout`` (seconds) bounds the whole transfer; by default there
         is none (TCP keepalive notices a relayd that vanished)."""
-        return self._download(path, out, user, timeout, digest=digest)
+        return self._drive(_ops.download(self, path, out, user, timeout, digest=digest))
 
     def download_file_as(self, path: str, local_path: str, *, user: Optional[str] = None,
                          timeout: Optional[float] = None, digest: Optional[str] = None) -> FileInfo:
         """Copy the file at ``path`` on relayd's side to ``local_path``: written
         to a temporary file beside it and renamed into place only once the
         transfer checked out, so that a failed one leaves what was there."""
-        with _files.local_replacement(local_path) as f:
-            return self.download_file_to(path, f, user=user, timeout=timeout, digest=digest)
+        return self._drive(_ops.download_file_as(self, path, local_path, user, timeout, digest))
 
-    def _download(self, path: str, out: IO[bytes], user: Optional[str], timeout: Optional[float],
-                  fmt: Optional[str] = None, digest: Optional[str] = None) -> FileInfo:
-        """download_file_to, or with fmt "tar" the directory path packed by relayd."""
-        hashing = _files.wants_digest(digest)
-        msg = _files.get_message(path, user, hashing, fmt, fmt is None and self._serves(_files.BODY, timeout))
+    def _fetch(self, op: _ops.Fetch) -> FileInfo:
+        """A get: its content, and a raw body after its content line, into op.out."""
+        timeout = op.timeout
         with self._lock:
             id = self._next_id
             self._next_id += 1
-            call = _files.ContentCall(id, out, hashing)
+            call = _files.ContentCall(id, op.out, op.hashing)
             try:
                 deadline = None if timeout is None else time.monotonic() + timeout
-                r = self._exchange(_wire.encode({"token": self._token, **msg, "id": id}), call, timeout)
+                r = self._exchange(_wire.encode({"token": self._token, **op.msg, "id": id}), call, timeout)
                 if isinstance(r, dict) and isinstance(r.get("body"), int):
                     self._read_body(int(r["body"]), call, deadline)
                     if call.trailer_due():  # sent (or relayd's error) follows the bytes
@@ -856,14 +835,9 @@ def _stdin_pump(what: str, msg: Dict[str, Any], stdin: Optional[StdinSource], st
                 token: str) -> Optional["_StdinPump"]:
     """Marks msg as taking stdin when stdin or stdin_open asks for it, and
     returns the pump that sends a stdin= source between reads (else None)."""
-    if stdin_open and stdin is not None:
-        raise TypeError(f"{what}: stdin= and stdin_open=True exclude each other")
-    if stdin_open:
-        msg["stdin"] = True
-    if stdin is None:
+    if not _ops.stdin_fields(what, msg, stdin, stdin_open):
         return None
-    _wire.check_stdin(stdin)
-    msg["stdin"] = True
+    assert stdin is not None
     return _StdinPump(token, _wire.stdin_pieces(stdin))
 
 
