@@ -16,10 +16,11 @@ from typing import IO, Any, Dict, FrozenSet, Generator, Generic, Iterator, Optio
 
 from . import _dirs, _files, _wire
 from ._files import FileInfo
-from .results import Ready, Recycled
+from .results import Executed, Ready, Recycled
 
 T = TypeVar("T")
 O = TypeVar("O")
+C = TypeVar("C")
 
 
 class Conn(_wire.Timing, Protocol):
@@ -103,6 +104,23 @@ class Driver(Generic[O, T]):
             yield
         except BaseException as e:
             self.exc = e
+
+
+class SessionCore(Generic[C]):
+    """What Session and AsyncSession share: the shell session name opened
+    on client (its shell, and its directory as the last command left it)."""
+
+    def __init__(self, client: C, name: str, shell: str, cwd: str) -> None:
+        self.client, self.name, self.shell, self.cwd = client, name, shell, cwd
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+    def _ran(self, r: Executed) -> Executed:
+        """A command's reply, its cwd kept as the session's."""
+        if r.cwd:
+            self.cwd = r.cwd
+        return r
 
 
 def serves(c: Conn, extension: str, timeout: Optional[float]) -> Plan[bool]:

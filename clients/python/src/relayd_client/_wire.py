@@ -201,11 +201,16 @@ def resize_message(token: str, execution: str, rows: int, cols: int) -> bytes:
     return encode({"token": token, "kind": "resize", "id": RESIZE_ID, "execution": execution, "rows": rows, "cols": cols})
 
 
-def warn_resize_refused(msg: Mapping[str, Any]) -> None:
-    """relayd refused a resize (no such execution, no terminal): a warning,
-    not the running call's error."""
-    err = error_from(msg)
-    warnings.warn(f"relayd refused a resize: {err}", RuntimeWarning, stacklevel=4)
+def aside(msg: Mapping[str, Any]) -> bool:
+    """Whether msg answers no call, and is dealt with here: relayd's
+    refusal of a resize (no such execution, no terminal), a warning rather
+    than the running call's error, or a message for no request (a dial-out
+    relayd's unprompted ready). An error without an id is a call's."""
+    mid = msg.get("id")
+    if mid == RESIZE_ID and msg["kind"] == "error":
+        warnings.warn(f"relayd refused a resize: {error_from(msg)}", RuntimeWarning, stacklevel=4)
+        return True
+    return mid is None and msg["kind"] != "error"
 
 
 def check_stdin(source: object) -> None:

@@ -578,13 +578,10 @@ class AsyncClient:
                 self._writer.close()  # close() still awaits wait_closed
 
     def _dispatch(self, msg: Dict[str, Any]) -> None:
-        mid = msg.get("id")
-        if mid == _wire.RESIZE_ID and msg["kind"] == "error":
-            _wire.warn_resize_refused(msg)
+        if _wire.aside(msg):
             return
+        mid = msg.get("id")
         if mid is None:
-            if msg["kind"] != "error":
-                return  # a message for no request (a dial-out relayd's unprompted ready)
             err = _wire.error_from(msg)
             if _wire.closes(err):
                 raise err
@@ -621,14 +618,8 @@ class AsyncClient:
                 fut.set_exception(err)
 
 
-class AsyncSession:
+class AsyncSession(_ops.SessionCore[AsyncClient]):
     """Session (client.py) for AsyncClient."""
-
-    def __init__(self, client: AsyncClient, name: str, shell: str, cwd: str) -> None:
-        self.client, self.name, self.shell, self.cwd = client, name, shell, cwd
-
-    def __repr__(self) -> str:
-        return f"AsyncSession({self.name!r})"
 
     async def __aenter__(self) -> "AsyncSession":
         return self
@@ -646,10 +637,7 @@ class AsyncSession:
                   on_output: Optional[OnOutput] = None, on_started: Optional[OnStarted] = None) -> Executed:
         """Session.run(), awaited; ``stdin`` as AsyncClient.execute's."""
         req = _wire.run_request(self.client, self.name, script, timeout_ms, input, max_output_bytes, stream, timeout)
-        r = await self.client._execute(req, stdin, on_output, on_started)
-        if r.cwd:
-            self.cwd = r.cwd
-        return r
+        return self._ran(await self.client._execute(req, stdin, on_output, on_started))
 
     async def close(self, *, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Session.close(), awaited."""

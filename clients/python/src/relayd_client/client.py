@@ -492,14 +492,9 @@ class Client:
             if remaining is not None and remaining <= 0:
                 self.close()
                 raise ReplyTimeoutError("the file did not arrive in time; the connection is closed")
-            sock.settimeout(remaining)
-            try:
-                chunk = sock.recv(min(left, 1 << 18))
-            except socket.timeout:
+            chunk = self._recv(sock, min(left, 1 << 18), remaining, "relayd connection failed inside a file's body")
+            if chunk is None:
                 continue
-            except OSError as e:
-                self.close()
-                raise ConnectionLostError(f"relayd connection failed inside a file's body: {e}") from e
             if not chunk:
                 self.close()
                 raise ConnectionLostError(f"relayd closed the connection {left} bytes before the end of a file's body")
@@ -655,12 +650,9 @@ class Client:
             except UnexpectedReplyError:
                 self.close()
                 raise
-            mid = msg.get("id")
-            if mid == _wire.RESIZE_ID and msg["kind"] == "error":
-                _wire.warn_resize_refused(msg)
+            if _wire.aside(msg):
                 continue
-            if mid is None and msg["kind"] != "error":
-                continue  # a message for no request (a dial-out relayd's unprompted ready)
+            mid = msg.get("id")
             if mid is not None and mid != call.id:
                 self.close()
                 raise UnexpectedReplyError(f"relayd sent a {msg['kind']} for request {mid!r} while request {call.id} waited")
@@ -701,6 +693,20 @@ class Client:
             sock.settimeout(self.reply_timeout)
             sock.sendall(line)
 
+    def _recv(self, sock: socket.socket, n: int, remaining: Optional[float], failed: str,
+              partial: int = 0) -> Optional[bytes]:
+        """Up to n bytes (b"": relayd closed the connection), or None when
+        remaining seconds passed first; when the socket fails, the
+        connection is closed and ConnectionLostError says failed."""
+        sock.settimeout(remaining)
+        try:
+            return sock.recv(n)
+        except socket.timeout:
+            return None
+        except OSError as e:
+            self.close()
+            raise ConnectionLostError(f"{failed}: {e}", partial) from e
+
     def _readline(self, deadline: Optional[float]) -> bytes:
         while True:
             i = self._buf.find(b"\n")
@@ -736,14 +742,9 @@ class Client:
                     raise ConnectionLostError(f"relayd connection lost while sending stdin: {e}", len(self._buf)) from e
                 if not readable:
                     continue  # the deadline check above reports it
-            sock.settimeout(remaining)
-            try:
-                chunk = sock.recv(1 << 16)
-            except socket.timeout:
+            chunk = self._recv(sock, 1 << 16, remaining, "relayd connection failed", len(self._buf))
+            if chunk is None:
                 continue  # the deadline check above reports it
-            except OSError as e:
-                self.close()
-                raise ConnectionLostError(f"relayd connection failed: {e}", len(self._buf)) from e
             if not chunk:
                 partial = len(self._buf)
                 self.close()
@@ -753,16 +754,10 @@ class Client:
             self._buf += chunk
 
 
-class Session:
+class Session(_ops.SessionCore[Client]):
     """An open shell session (Client.session). Its commands run one at a
     time; run() returns the same Executed as execute(), with ``session``,
     ``cwd`` (the shell's directory afterwards) and ``session_ended``."""
-
-    def __init__(self, client: Client, name: str, shell: str, cwd: str) -> None:
-        self.client, self.name, self.shell, self.cwd = client, name, shell, cwd
-
-    def __repr__(self) -> str:
-        return f"Session({self.name!r})"
 
     def __enter__(self) -> "Session":
         return self
@@ -790,10 +785,7 @@ class Session:
         nothing)."""
         req = _wire.run_request(self.client, self.name, script, timeout_ms, input, max_output_bytes, stream, timeout)
         pump = _stdin_pump("run", req.msg, stdin, stdin_open, self.client._token)
-        r = self.client._call(req, on_output, on_started, pump=pump)
-        if r.cwd:
-            self.cwd = r.cwd
-        return r
+        return self._ran(self.client._call(req, on_output, on_started, pump=pump))
 
     def write(self, keys: Union[str, bytes]) -> None:
         """Type ``keys`` into a pty session's terminal (``"\\x03"`` is
