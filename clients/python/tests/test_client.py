@@ -274,6 +274,7 @@ class FakeRelayd:
     def __init__(self, replies: "list[bytes]") -> None:
         self._srv = socket.create_server(("127.0.0.1", 0))
         self.addr = "127.0.0.1:%d" % self._srv.getsockname()[1]
+        self.token = "t"  # what CLIENTS' connect(self) takes
         self._replies = replies
         self.received: "dict[str, object]" = {}
         self._thread = threading.Thread(target=self._serve)
@@ -356,13 +357,15 @@ class ExtensionTest(RelaydTest):
 class VanishTest(RelaydTest):
     def test_closed_mid_reply(self) -> None:
         half = b'{"token":"t","kind":"executed","id":1,"termination":"exi'
-        with FakeRelayd([half]) as f:
-            with Client(f.addr, "t") as c:
-                with self.assertRaises(ConnectionLostError) as cm:
-                    c.execute("true", timeout=10)
-                self.assertEqual(cm.exception.partial, len(half))
-                self.assertIn("middle of a reply", str(cm.exception))
-                self.assertTrue(c.closed)
+        for name, connect in CLIENTS:
+            with self.subTest(client=name), FakeRelayd([half]) as f:
+                with connect(f) as c:
+                    with self.assertRaises(ConnectionLostError) as cm:
+                        c.execute("true", timeout=10)
+                    self.assertEqual(cm.exception.partial, len(half))
+                    self.assertIn("middle of a reply", str(cm.exception))
+                    if name == "Client":
+                        self.assertTrue(c.closed)  # AsyncClient.closed says whether close() was called
 
     def test_reply_with_another_token(self) -> None:
         with FakeRelayd([b'{"token":"other","kind":"ready","id":1}\n']) as f:

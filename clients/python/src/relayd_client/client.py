@@ -485,13 +485,7 @@ class Client:
             call.body(b)
             left -= len(b)
         while left:
-            sock = self._sock
-            if sock is None:
-                raise ConnectionLostError("this relayd connection is closed")
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                self.close()
-                raise ReplyTimeoutError("the file did not arrive in time; the connection is closed")
+            sock, remaining = self._until(deadline, "the file did not arrive in time; the connection is closed")
             chunk = self._recv(sock, min(left, 1 << 18), remaining, "relayd connection failed inside a file's body")
             if chunk is None:
                 continue
@@ -693,6 +687,19 @@ class Client:
             sock.settimeout(self.reply_timeout)
             sock.sendall(line)
 
+    def _until(self, deadline: Optional[float], late: str) -> Tuple[socket.socket, Optional[float]]:
+        """The socket and the seconds left before deadline (None: no
+        limit): ConnectionLostError when the connection is closed; past the
+        deadline the connection is closed and ReplyTimeoutError says late."""
+        sock = self._sock
+        if sock is None:
+            raise ConnectionLostError("this relayd connection is closed")
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            self.close()
+            raise ReplyTimeoutError(late)
+        return sock, remaining
+
     def _recv(self, sock: socket.socket, n: int, remaining: Optional[float], failed: str,
               partial: int = 0) -> Optional[bytes]:
         """Up to n bytes (b"": relayd closed the connection), or None when
@@ -719,13 +726,8 @@ class Client:
             if len(self._buf) > _wire.MAX_REPLY_LINE:
                 self.close()
                 raise UnexpectedReplyError(f"relayd sent a line longer than {_wire.MAX_REPLY_LINE} bytes")
-            sock = self._sock
-            if sock is None:
-                raise ConnectionLostError("this relayd connection is closed")
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                self.close()
-                raise ReplyTimeoutError("no reply from relayd in time; the connection is closed, so relayd settles what ran")
+            sock, remaining = self._until(
+                deadline, "no reply from relayd in time; the connection is closed, so relayd settles what ran")
             pump = self._pump
             if pump is not None and pump.wants_write():
                 # Send stdin only while relayd reads it, and read replies meanwhile.
