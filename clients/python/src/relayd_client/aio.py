@@ -325,7 +325,7 @@ class AsyncClient:
         temporary file)."""
         return await self._drive(_ops.upload_file(self, path, data, mode, user, parents, timeout, digest))
 
-    _extensions: Optional[FrozenSet[str]] = None  # relayd's, asked once (_serves)
+    _extensions: Optional[FrozenSet[str]] = None  # relayd's, asked once (_ops.serves)
     _write_lock: Optional[asyncio.Lock] = None  # held while a raw body goes out: no line may come between
 
     def _wlock(self) -> asyncio.Lock:

@@ -65,7 +65,7 @@ class Client:
         _wire.keepalive(_sock)
         #: The ready relayd sent first, for a relayd that dialed out (Listener.accept).
         self.first_ready: Optional[Ready] = None
-        self._extensions: Optional[FrozenSet[str]] = None  # relayd's, asked once (_serves)
+        self._extensions: Optional[FrozenSet[str]] = None  # relayd's, asked once (_ops.serves)
         self._proc: Optional[subprocess.Popen[bytes]] = None  # over_command's command
         self._pump: Optional[_StdinPump] = None  # the running execute's stdin=, sent between reads
 
