@@ -4,7 +4,9 @@ repository with go build, once per run."""
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import inspect
 import json
 import os
 import secrets
@@ -13,7 +15,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 _built: Optional[str] = None
@@ -250,3 +252,75 @@ class RelaydTest(NoLeaks, unittest.TestCase):
         d = Relayd(*args, connect=connect, token=token, env=env)
         self.addCleanup(d.close)
         return d
+
+
+class Blocking:
+    """An AsyncClient, or an AsyncSession it opened, called as a Client or
+    a Session is: each call runs to its end on an event loop of this
+    thread, so that one test body serves both clients (CLIENTS). The
+    client's reader runs while a call does; what relayd sends between
+    calls waits in the socket."""
+
+    def __init__(self, target: Any, loop: "asyncio.AbstractEventLoop", owns_loop: bool = False) -> None:
+        self._target = target
+        self._loop = loop
+        self._owns_loop = owns_loop
+
+    def __repr__(self) -> str:
+        return repr(self._target)
+
+    def __getattr__(self, name: str) -> Any:
+        v = getattr(self._target, name)
+        if not callable(v):
+            return v
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            r = v(*args, **kwargs)
+            if inspect.isawaitable(r):
+                r = self._loop.run_until_complete(r)  # type: ignore[arg-type]
+            return Blocking(r, self._loop) if type(r).__name__ == "AsyncSession" else r
+
+        return call
+
+    def __enter__(self) -> "Blocking":
+        return self
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        try:
+            self._loop.run_until_complete(self._target.__aexit__(et, ev, tb))
+        finally:
+            if self._owns_loop:
+                self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+                self._loop.run_until_complete(self._loop.shutdown_default_executor())
+                self._loop.close()
+
+
+def open_client(d: Relayd, **kwargs: Any) -> Any:
+    """A Client of d, for CLIENTS."""
+    from relayd_client import Client
+
+    return Client(d.addr, d.token, **kwargs)
+
+
+def open_async_client(d: Relayd, **kwargs: Any) -> Any:
+    """An AsyncClient of d, connected, behind Blocking, for CLIENTS."""
+    from relayd_client import AsyncClient
+
+    loop = asyncio.new_event_loop()
+    loop.slow_callback_duration = 5.0  # as NoLeaks.asyncSetUp: a loaded machine is noise
+    c = AsyncClient(d.addr, d.token, **kwargs)
+    try:
+        loop.run_until_complete(c.connect())
+    except BaseException:
+        loop.close()
+        raise
+    return Blocking(c, loop, owns_loop=True)
+
+
+#: The table the tests for both clients run from: one test body, each row
+#: under self.subTest(client=name), e.g.
+#:
+#:     for name, connect in CLIENTS:
+#:         with self.subTest(client=name), connect(self.relayd()) as c:
+#:             self.assertEqual(c.execute("true").exit_code, 0)
+CLIENTS: Tuple[Tuple[str, Callable[..., Any]], ...] = (("Client", open_client), ("AsyncClient", open_async_client))

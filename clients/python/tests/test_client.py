@@ -1,5 +1,6 @@
 """Client (blocking) against the real relayd: replies, a framework timeout,
-survivors, client-side timeouts, and every error category of protocol 4.4."""
+survivors, client-side timeouts, and every error category of protocol 4.4.
+Tests that loop over CLIENTS run for Client and AsyncClient alike."""
 
 from __future__ import annotations
 
@@ -27,34 +28,38 @@ from relayd_client import (
     UnknownKindError,
 )
 from relayd_client import _wire
-from relayd_fixture import RelaydTest, alive, read_pid, relayd_binary, wait_for
+from relayd_fixture import CLIENTS, RelaydTest, alive, read_pid, relayd_binary, wait_for
 
 
 class ClientTest(RelaydTest):
     def test_ready_execute_verify(self) -> None:
-        d = self.relayd()
-        with Client(d.addr, d.token) as c:
-            r = c.ready()
-            self.assertEqual((r.protocol, r.cwd, r.instruction), (1, d.workspace, ""))
-            self.assertIn(r.scope, ("cgroup", "process-group"))
-            x = c.execute("sh", ["-c", "echo hello; exit 7"])
-            self.assertEqual((x.exit_code, x.termination, x.settlement, x.stdout), (7, "exited", "none", "hello\n"))
-            self.assertEqual(x.diagnostic.category, "none")
-            self.assertEqual(x.survivors, ())
-            self.assertTrue(x.execution.startswith("x-"))
-            self.assertEqual(x.mechanism, r.scope)
-            self.assertIsNotNone(x.duration)
-            self.assertFalse(x.timed_out)
-            self.assertTrue(x.environment_trusted)
-            # A list is command and args; environment and cwd reach the subject.
-            x = c.execute(["sh", "-c", 'echo "$GREETING" "$(pwd)"'], environment={"GREETING": "hi"}, cwd="/")
-            self.assertEqual(x.stdout, "hi /\n")
-            x = c.execute("no-such-program-here")
-            self.assertEqual((x.exit_code, x.termination), (127, "exited"))
-            v = c.verify()
-            self.assertEqual((v.quiescent, v.survivors), (True, ()))
-            self.assertNotIn(d.token, repr(c))
-        self.assertEqual(d.stop(), 0)
+        for name, connect in CLIENTS:
+            with self.subTest(client=name):
+                d = self.relayd()
+                with connect(d) as c:
+                    r = c.ready()
+                    self.assertEqual((r.protocol, r.cwd, r.instruction), (1, d.workspace, ""))
+                    self.assertIn(r.scope, ("cgroup", "process-group"))
+                    x = c.execute("sh", ["-c", "echo hello; exit 7"])
+                    self.assertEqual((x.exit_code, x.termination, x.settlement, x.stdout), (7, "exited", "none", "hello\n"))
+                    self.assertEqual(x.diagnostic.category, "none")
+                    self.assertEqual(x.survivors, ())
+                    self.assertTrue(x.execution.startswith("x-"))
+                    self.assertEqual(x.mechanism, r.scope)
+                    self.assertIsNotNone(x.duration)
+                    self.assertFalse(x.timed_out)
+                    self.assertTrue(x.environment_trusted)
+                    # A list is command and args; environment and cwd reach the subject.
+                    x = c.execute(["sh", "-c", 'echo "$GREETING" "$(pwd)"'], environment={"GREETING": "hi"}, cwd="/")
+                    self.assertEqual(x.stdout, "hi /\n")
+                    x = c.execute("no-such-program-here")
+                    self.assertEqual((x.exit_code, x.termination), (127, "exited"))
+                    x = c.execute("sleep", ["30"], timeout_ms=200)
+                    self.assertEqual((x.exit_code, x.termination, x.settlement), (124, "framework_timeout", "settled"))
+                    v = c.verify()
+                    self.assertEqual((v.quiescent, v.survivors), (True, ()))
+                    self.assertNotIn(d.token, repr(c))
+                self.assertEqual(d.stop(), 0)
 
     def test_framework_timeout_settles(self) -> None:
         d = self.relayd()
@@ -98,19 +103,20 @@ class ClientTest(RelaydTest):
             self.assertTrue(alive(svc), "verify stopped a survivor")
 
     def test_client_timeout_closes_and_relayd_settles(self) -> None:
-        d = self.relayd()
-        c = Client(d.addr, d.token)
-        with c:
-            pidfile = os.path.join(d.dir, "sleep.pid")
-            with self.assertRaises(ReplyTimeoutError):
-                c.execute("sh", ["-c", f"echo $$ > {pidfile}; exec sleep 30"], timeout=1.0)
-            self.assertTrue(c.closed)
-            pid = read_pid(pidfile)
-            wait_for("relayd to settle the subject of the closed connection", lambda: not alive(pid))
-            with self.assertRaises(ConnectionLostError):
-                c.ready()
-        self.assertIn("peer closed", d.logs())
-        self.assertEqual(d.stop(), 0)
+        for name, connect in CLIENTS:
+            with self.subTest(client=name):
+                d = self.relayd()
+                with connect(d) as c:
+                    pidfile = os.path.join(d.dir, "sleep.pid")
+                    with self.assertRaises(ReplyTimeoutError):
+                        c.execute("sh", ["-c", f"echo $$ > {pidfile}; exec sleep 30"], timeout=1.0)
+                    self.assertTrue(c.closed)
+                    pid = read_pid(pidfile)
+                    wait_for("relayd to settle the subject of the closed connection", lambda: not alive(pid))
+                    with self.assertRaises(ConnectionLostError):
+                        c.ready()
+                self.assertIn("peer closed", d.logs())
+                self.assertEqual(d.stop(), 0)
 
     def test_over_command(self) -> None:
         # relayd bridge itself is the command, as docker exec -i C relayd
@@ -268,6 +274,7 @@ class FakeRelayd:
     def __init__(self, replies: "list[bytes]") -> None:
         self._srv = socket.create_server(("127.0.0.1", 0))
         self.addr = "127.0.0.1:%d" % self._srv.getsockname()[1]
+        self.token = "t"  # what CLIENTS' connect(self) takes
         self._replies = replies
         self.received: "dict[str, object]" = {}
         self._thread = threading.Thread(target=self._serve)
@@ -350,13 +357,15 @@ class ExtensionTest(RelaydTest):
 class VanishTest(RelaydTest):
     def test_closed_mid_reply(self) -> None:
         half = b'{"token":"t","kind":"executed","id":1,"termination":"exi'
-        with FakeRelayd([half]) as f:
-            with Client(f.addr, "t") as c:
-                with self.assertRaises(ConnectionLostError) as cm:
-                    c.execute("true", timeout=10)
-                self.assertEqual(cm.exception.partial, len(half))
-                self.assertIn("middle of a reply", str(cm.exception))
-                self.assertTrue(c.closed)
+        for name, connect in CLIENTS:
+            with self.subTest(client=name), FakeRelayd([half]) as f:
+                with connect(f) as c:
+                    with self.assertRaises(ConnectionLostError) as cm:
+                        c.execute("true", timeout=10)
+                    self.assertEqual(cm.exception.partial, len(half))
+                    self.assertIn("middle of a reply", str(cm.exception))
+                    if name == "Client":
+                        self.assertTrue(c.closed)  # AsyncClient.closed says whether close() was called
 
     def test_reply_with_another_token(self) -> None:
         with FakeRelayd([b'{"token":"other","kind":"ready","id":1}\n']) as f:

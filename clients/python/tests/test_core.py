@@ -1,4 +1,4 @@
-"""The clients' sans-I/O core (_wire, _files, _dirs) imports neither
+"""The clients' sans-I/O core (_wire, _files, _dirs, _ops) imports neither
 client: Client and AsyncClient drive it, never the other way round
 (issue 43: _dirs once imported both while both imported it)."""
 
@@ -10,7 +10,7 @@ import unittest
 from typing import Set
 
 SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "relayd_client")
-CORE = ("_wire", "_files", "_dirs")
+CORE = ("_wire", "_files", "_dirs", "_ops")
 CLIENTS = {"client", "aio"}
 
 

@@ -1,24 +1,23 @@
 """Protocol 4.5 against the real relayd: captureStderr, stream (order and
-dropped), onExit, detach and attach, not-found."""
+dropped), onExit, detach and attach (for both clients: CLIENTS), not-found."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 import time
 import unittest
-from typing import List, Tuple
+from typing import Any, Callable, List, Tuple
 
-from relayd_client import AsyncClient, Client, Executed, NotFoundError, Output
-from relayd_fixture import NoLeaks, Relayd, RelaydTest, alive, read_pid, wait_for
+from relayd_client import Client, Executed, NotFoundError, Output
+from relayd_fixture import CLIENTS, RelaydTest, alive, read_pid, wait_for
 
 
 class Gone(Exception):
     """Raised by a callback to drop a connection, as a controller that dies would."""
 
 
-def attach_retrying(c: Client, name: str, **kw: object) -> Executed:
+def attach_retrying(c: Any, name: str, **kw: object) -> Executed:
     """attach, retried while relayd has not yet seen the old connection's loss."""
     deadline = time.monotonic() + 10
     while True:
@@ -101,6 +100,11 @@ class ExtensionsTest(RelaydTest):
                     self.assertEqual((x.settlement, [s.pid for s in x.survivors], alive(pid)), ("none", [pid], True))
 
     def test_detach_and_attach(self) -> None:
+        for name, connect in CLIENTS:
+            with self.subTest(client=name):
+                self.detach_and_attach(name, connect)
+
+    def detach_and_attach(self, client: str, connect: Callable[..., Any]) -> None:
         d = self.relayd()
         gate = os.path.join(d.dir, "gate")
         names: List[str] = []
@@ -109,22 +113,44 @@ class ExtensionsTest(RelaydTest):
             names.append(name)
             raise Gone()
 
-        with Client(d.addr, d.token) as c:
+        with connect(d) as c:
             with self.assertRaises(Gone):
                 c.execute("sh", ["-c", f"echo before; while [ ! -e {gate} ]; do sleep 0.05; done; echo after; exit 5"],
                           stream=True, detach_ms=20000, on_started=gone)
-            self.assertTrue(c.closed)
+            if client == "Client":
+                self.assertTrue(c.closed)
         # Open the gate a moment after the attach is sent: the output after it is streamed.
         opener = threading.Timer(0.5, lambda: open(gate, "w").close())
         self.addCleanup(opener.cancel)
         streamed: List[Output] = []
-        with Client(d.addr, d.token) as c2:
+        with connect(d) as c2:
             opener.start()
             x = attach_retrying(c2, names[0], on_output=streamed.append)
             self.assertEqual((x.execution, x.termination, x.exit_code, x.stdout), (names[0], "exited", 5, "before\nafter\n"))
             self.assertTrue("".join(o.data for o in streamed if o.stream == "stdout").endswith("after\n"))
             with self.assertRaises(NotFoundError):
                 c2.attach(names[0])  # taken once
+
+    def test_attach_after_the_end(self) -> None:
+        for name, connect in CLIENTS:
+            with self.subTest(client=name):
+                d = self.relayd()
+                names: List[str] = []
+
+                def gone(name: str) -> None:
+                    names.append(name)
+                    raise Gone()
+
+                with connect(d) as c:
+                    with self.assertRaises(Gone):
+                        c.execute("sh", ["-c", "sleep 0.3; echo finished"], detach_ms=20000, on_started=gone)
+                time.sleep(0.6)  # it ends while nobody is attached
+                with connect(d) as c2:
+                    x = attach_retrying(c2, names[0])
+                    self.assertEqual((x.termination, x.stdout), ("exited", "finished\n"))
+                    with self.assertRaises(NotFoundError):
+                        c2.attach("x-999")
+                self.assertEqual(d.stop(), 0)
 
     def test_not_found(self) -> None:
         d = self.relayd()
@@ -136,32 +162,5 @@ class ExtensionsTest(RelaydTest):
             self.assertEqual(c.execute("echo", ["ok"]).stdout, "ok\n")  # the connection goes on
 
 
-class AsyncExtensionsTest(NoLeaks, unittest.IsolatedAsyncioTestCase):
-    def setUp(self) -> None:
-        self._leak_setup()
-        self.addCleanup(self._leak_check)
-        self.d = Relayd()
-        self.addCleanup(self.d.close)
-
-    async def test_attach_after_the_end(self) -> None:
-        names: List[str] = []
-
-        def gone(name: str) -> None:
-            names.append(name)
-            raise Gone()
-
-        async with AsyncClient(self.d.addr, self.d.token) as c:
-            with self.assertRaises(Gone):
-                await c.execute("sh", ["-c", "sleep 0.3; echo finished"], detach_ms=20000, on_started=gone)
-        await asyncio.sleep(0.6)  # it ends while nobody is attached
-        async with AsyncClient(self.d.addr, self.d.token) as c2:
-            for _ in range(500):
-                try:
-                    x = await c2.attach(names[0])
-                    break
-                except NotFoundError:
-                    await asyncio.sleep(0.02)
-            self.assertEqual((x.termination, x.stdout), ("exited", "finished\n"))
-            with self.assertRaises(NotFoundError):
-                await c2.attach("x-999")
-        self.assertEqual(self.d.stop(), 0)
+if __name__ == "__main__":
+    unittest.main()

@@ -4,8 +4,13 @@ caller's line), in Client and AsyncClient, and keeps the names."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import socket
+import threading
 import unittest
 import warnings
+from typing import Any, Dict
 
 from relayd_client import AsyncClient, BadRequestError, Client, IgnoredFieldsWarning
 from relayd_fixture import NoLeaks, Relayd, RelaydTest
@@ -35,6 +40,71 @@ class IgnoredTest(RelaydTest):
                 r = c.request({"kind": "verify", "every": True, "kept": [1]})
             self.assertEqual(r["ignored"], ["every", "kept"])
             self.assertEqual(cm.filename, __file__)
+
+
+class PutIgnoring:
+    """A loopback relayd stand-in for one connection: a ready without
+    extensions, then a stored reply to the put that names a field it
+    ignored (relayd would ignore one it did not know)."""
+
+    def __init__(self) -> None:
+        self._srv = socket.create_server(("127.0.0.1", 0))
+        self.addr = "127.0.0.1:%d" % self._srv.getsockname()[1]
+        self._thread = threading.Thread(target=self._serve)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        self._srv.settimeout(10)
+        try:
+            conn, _ = self._srv.accept()
+        except OSError:
+            return
+        with conn, conn.makefile("rb") as lines:
+            conn.settimeout(10)
+            for line in lines:
+                msg: Dict[str, Any] = json.loads(line)
+                if msg["kind"] == "ready":
+                    reply = {"kind": "ready", "id": msg["id"], "protocol": 1}
+                elif msg["kind"] == "put" and not msg.get("more"):
+                    reply = {"kind": "stored", "id": msg["id"], "path": "/w/f", "bytes": 1,
+                             "sha256": hashlib.sha256(b"x").hexdigest(), "ignored": ["zz"]}
+                else:
+                    continue
+                conn.sendall(json.dumps(reply).encode() + b"\n")
+
+    def __enter__(self) -> "PutIgnoring":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._thread.join(15)
+        self._srv.close()
+
+
+class PutIgnoredTest(NoLeaks, unittest.TestCase):
+    """A put's answer naming ignored fields warns at the caller's line
+    too, though upload_file runs as a plan of the clients' core (_ops)."""
+
+    def setUp(self) -> None:
+        self._leak_setup()
+        self.addCleanup(self._leak_check)
+
+    def test_client(self) -> None:
+        with PutIgnoring() as f, Client(f.addr, "t") as c:
+            with self.assertWarns(IgnoredFieldsWarning) as cm:
+                info = c.upload_file("f", b"x")
+            self.assertEqual((info.bytes, cm.filename), (1, __file__))
+
+    def test_async_client(self) -> None:
+        import asyncio
+
+        async def go() -> None:
+            async with AsyncClient(f.addr, "t") as c:
+                with self.assertWarns(IgnoredFieldsWarning) as cm:
+                    info = await c.upload_file("f", b"x")
+                self.assertEqual((info.bytes, cm.filename), (1, __file__))
+
+        with PutIgnoring() as f:
+            asyncio.run(go())
 
 
 class AsyncIgnoredTest(NoLeaks, unittest.IsolatedAsyncioTestCase):

@@ -25,9 +25,9 @@ from unittest import mock
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "stand_ins"))
 
 import relayd_client.harbor as rh  # noqa: E402
-from relayd_client import (AsyncClient, Changes, Client, FileEntry, Marked, NotFoundError, ProtocolError,  # noqa: E402
+from relayd_client import (Changes, Client, FileEntry, Marked, NotFoundError, ProtocolError,  # noqa: E402
                            Recycled, Restored)
-from relayd_fixture import NoLeaks, Relayd, RelaydTest, alive, read_pid, relayd_binary  # noqa: E402
+from relayd_fixture import CLIENTS, NoLeaks, Relayd, RelaydTest, alive, read_pid, relayd_binary  # noqa: E402
 
 
 def sha(b: bytes) -> str:
@@ -240,56 +240,58 @@ class MarksTest(TreeTest):
             self.assertFalse(c.changes("m"))
 
 
-class AsyncMarksTest(NoLeaks, unittest.IsolatedAsyncioTestCase):
-    def setUp(self) -> None:
-        self._leak_setup()
-        self.addCleanup(self._leak_check)
-        self.d = Relayd()
-        self.addCleanup(self.d.close)
-        self.tree = tempfile.mkdtemp(prefix="relayd-marks-")
-        self.addCleanup(shutil.rmtree, self.tree, True)
-        make_tree(self.tree)
+class BothClientsMarksTest(RelaydTest):
+    def test_mark_changes_restore_boundary_recycle(self) -> None:
+        for name, connect in CLIENTS:
+            with self.subTest(client=name):
+                d = self.relayd()
+                tree = tempfile.mkdtemp(prefix="relayd-marks-")
+                self.addCleanup(shutil.rmtree, tree, True)
+                make_tree(tree)
+                self.one_client(connect(d), tree)
+                self.assertEqual(d.stop(), 0)
 
-    def p(self, rel: str) -> str:
-        return os.path.join(self.tree, rel)
+    def one_client(self, client: Any, tree: str) -> None:
+        def p(rel: str) -> str:
+            return os.path.join(tree, rel)
 
-    async def test_mark_changes_restore_boundary_recycle(self) -> None:
-        tests = self.p("tests")
+        tests = p("tests")
         os.mkdir(tests)
         Path(tests, "test.sh").write_text("exit 1\n")
-        pid_file = self.p("left.pid")
-        async with AsyncClient(self.d.addr, self.d.token) as c:
-            m = await c.mark("a", [self.tree], keep=[self.tree], exclude=[pid_file])
+        pid_file = p("left.pid")
+        with client as c:
+            m = c.mark("a", [tree], keep=[tree], exclude=[pid_file])
             self.assertEqual((m.mark, m.entries), ("a", 9))
-            r = await c.execute("sh", ["-c", f"echo X > a.txt; rm b.txt; echo n > n.txt; echo 0 > tests/test.sh; "
-                                             f"sleep 300 >/dev/null 2>&1 & echo $! > {pid_file}"], cwd=self.tree)
+            r = c.execute("sh", ["-c", f"echo X > a.txt; rm b.txt; echo n > n.txt; echo 0 > tests/test.sh; "
+                                       f"sleep 300 >/dev/null 2>&1 & echo $! > {pid_file}"], cwd=tree)
             self.assertEqual(r.exit_code, 0)
             left = read_pid(pid_file)
-            ch = await c.changes("a")
+            ch = c.changes("a")
             self.assertEqual(([e.path for e in ch.added], [e.path for e in ch.deleted]),
-                             ([self.p("n.txt")], [self.p("b.txt")]))
+                             ([p("n.txt")], [p("b.txt")]))
             self.assertEqual({e.path: e.what for e in ch.modified},
-                             {self.p("a.txt"): ("content",), self.p("tests/test.sh"): ("content",)})
-            self.assertEqual((await c.changes("a", [tests])).modified[0].path, self.p("tests/test.sh"))
+                             {p("a.txt"): ("content",), p("tests/test.sh"): ("content",)})
+            self.assertEqual(c.changes("a", [tests]).modified[0].path, p("tests/test.sh"))
 
-            v = await c.boundary(files={"mark": "a", "protect": [tests], "restore": True})
-            self.assertEqual([(e.change, e.path) for e in v.tampered], [("modified", self.p("tests/test.sh"))])
+            v = c.boundary(files={"mark": "a", "protect": [tests], "restore": True})
+            self.assertEqual([(e.change, e.path) for e in v.tampered], [("modified", p("tests/test.sh"))])
             self.assertTrue(alive(left), "a boundary without settle leaves survivors")
             self.assertEqual(Path(tests, "test.sh").read_text(), "exit 1\n")
 
-            rs = await c.restore("a", [self.p("a.txt")])
+            rs = c.restore("a", [p("a.txt")])
             self.assertEqual(rs.written, 1)
-            self.assertEqual(Path(self.p("a.txt")).read_text(), "alpha\n")
+            self.assertEqual(Path(p("a.txt")).read_text(), "alpha\n")
 
-            rc = await c.recycle("a")
+            rc = c.recycle("a")
+            self.assertIsInstance(rc, Recycled)
             self.assertIn(left, rc.boundary.settled or ())
             self.assertTrue(rc.pristine)
             self.assertFalse(alive(left))
-            self.assertFalse(await c.changes("a"))
-            self.assertEqual(Path(self.p("b.txt")).read_text(), "beta\n")
-            await c.unmark("a")
+            self.assertFalse(c.changes("a"))
+            self.assertEqual(Path(p("b.txt")).read_text(), "beta\n")
+            c.unmark("a")
             with self.assertRaises(ProtocolError):
-                await c.restore("a")
+                c.restore("a")
 
 
 # --- the Harbor adapter (the stand-in Harbor of tests/stand_ins, as test_harbor.py drives it)

@@ -8,18 +8,21 @@ import os
 import unittest
 
 from relayd_client import AsyncClient, BadRequestError, Client
-from relayd_fixture import RelaydTest
+from relayd_fixture import CLIENTS, RelaydTest
 
 
 class StdinUserTest(RelaydTest):
     def test_input(self) -> None:
-        d = self.relayd()
         data = bytes(range(256)) * 64
-        with Client(d.addr, d.token) as c:
-            self.assertEqual(c.execute("cat", input="text\n").stdout, "text\n")
-            x = c.execute("sha256sum", input=data)
-            self.assertEqual(x.stdout, hashlib.sha256(data).hexdigest() + "  -\n")
-            self.assertEqual(c.execute("readlink", ["/proc/self/fd/0"]).stdout, "/dev/null\n")
+        for name, connect in CLIENTS:
+            with self.subTest(client=name):
+                d = self.relayd()
+                with connect(d) as c:
+                    self.assertEqual(c.execute("cat", input="text\n").stdout, "text\n")
+                    x = c.execute("sha256sum", input=data)
+                    self.assertEqual(x.stdout, hashlib.sha256(data).hexdigest() + "  -\n")
+                    self.assertEqual(c.execute("cat", input=b"\xff\x00bytes").stdout, "\ufffd\x00bytes")
+                    self.assertEqual(c.execute("readlink", ["/proc/self/fd/0"]).stdout, "/dev/null\n")
 
     @unittest.skipUnless(os.geteuid() == 0, "switching users needs relayd to run as root")
     def test_user(self) -> None:
@@ -79,17 +82,6 @@ class StreamedStdinTest(RelaydTest):
 
 
 class AsyncStdinTest(RelaydTest):
-    def test_input_async(self) -> None:
-        import asyncio
-
-        d = self.relayd()
-
-        async def go() -> str:
-            async with AsyncClient(d.addr, d.token) as c:
-                return (await c.execute("cat", input=b"\xff\x00bytes")).stdout
-
-        self.assertEqual(asyncio.run(go()), "\ufffd\x00bytes")
-
     def test_stdin_async(self) -> None:
         import asyncio
 

@@ -20,12 +20,11 @@ archive's own, or one already in the local directory) is refused.
 This module is part of the clients' sans-I/O core (with _wire and
 _files): upload_dir and download_dir are plans, generators that yield
 what they need done (Serves, Shell, Put, Get, Local) and are sent the
-results; Client and AsyncClient each drive them with their own I/O. It
-imports neither client."""
+results; _ops turns their requests into its own, which Client and
+AsyncClient each do with their own I/O. It imports neither client."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import secrets
@@ -34,7 +33,7 @@ import stat
 import tarfile
 import tempfile
 from dataclasses import dataclass
-from typing import IO, Any, Callable, Generator, Iterator, List, Optional, Tuple, Union
+from typing import IO, Any, Callable, Generator, List, Optional, Tuple, Union
 
 from . import _files
 from .errors import ProtocolError, RelaydError
@@ -97,8 +96,8 @@ def _size(f: IO[bytes]) -> int:
 
 # What a plan asks its client to do (sans I/O, as h11 hands its caller
 # events): a plan is a generator that yields these and is sent each one's
-# result (or thrown its exception). Client and AsyncClient drive the same
-# plans, each with its own I/O (drive, and AsyncClient's thread for Local).
+# result (or thrown its exception). _ops.tree runs them, and Client and
+# AsyncClient drive that, each with its own I/O (AsyncClient runs Local in a thread).
 
 
 @dataclass(frozen=True)
@@ -151,38 +150,6 @@ class Local:
 
 Op = Union[Serves, Shell, Put, Get, Local]
 Plan = Generator[Op, Any, None]
-
-
-class Driver:
-    """Steps a plan for a client::
-
-        d = Driver(plan)
-        while (op := d.next()) is not None:
-            with d.doing():
-                d.value = do(op)  # or await do(op)
-
-    what doing() catches is thrown into the plan, which may handle it."""
-
-    def __init__(self, plan: Plan) -> None:
-        self.plan = plan
-        self.value: Any = None
-        self.exc: Optional[BaseException] = None
-
-    def next(self) -> Optional[Op]:
-        """The plan's next request, given the last one's result (or
-        exception): None when the plan is done."""
-        value, exc, self.value, self.exc = self.value, self.exc, None, None
-        try:
-            return self.plan.throw(exc) if exc is not None else self.plan.send(value)
-        except StopIteration:
-            return None
-
-    @contextlib.contextmanager
-    def doing(self) -> Iterator[None]:
-        try:
-            yield
-        except BaseException as e:
-            self.exc = e
 
 
 def _run(script: str, *args: str, user: Optional[str], timeout: Optional[float]) -> Generator[Op, Any, str]:

@@ -6,6 +6,7 @@ import base64
 import hmac
 import json
 import os
+import sys
 import socket
 import warnings
 from dataclasses import dataclass
@@ -201,11 +202,16 @@ def resize_message(token: str, execution: str, rows: int, cols: int) -> bytes:
     return encode({"token": token, "kind": "resize", "id": RESIZE_ID, "execution": execution, "rows": rows, "cols": cols})
 
 
-def warn_resize_refused(msg: Mapping[str, Any]) -> None:
-    """relayd refused a resize (no such execution, no terminal): a warning,
-    not the running call's error."""
-    err = error_from(msg)
-    warnings.warn(f"relayd refused a resize: {err}", RuntimeWarning, stacklevel=4)
+def aside(msg: Mapping[str, Any]) -> bool:
+    """Whether msg answers no call, and is dealt with here: relayd's
+    refusal of a resize (no such execution, no terminal), a warning rather
+    than the running call's error, or a message for no request (a dial-out
+    relayd's unprompted ready). An error without an id is a call's."""
+    mid = msg.get("id")
+    if mid == RESIZE_ID and msg["kind"] == "error":
+        warnings.warn(f"relayd refused a resize: {error_from(msg)}", RuntimeWarning, stacklevel=4)
+        return True
+    return mid is None and msg["kind"] != "error"
 
 
 def check_stdin(source: object) -> None:
@@ -349,6 +355,22 @@ def run_message(session: str, script: str, timeout_ms: Optional[int], input: Uni
     return msg
 
 
+# The clients' own files: a warning points at the first line outside them.
+_HERE = os.path.dirname(__file__)
+_CLIENT_FILES = frozenset(("client.py", "aio.py", "_ops.py", "_dirs.py", "_files.py", "_wire.py"))
+
+
+def callers_level() -> int:
+    """The stacklevel, for a warning issued where this is called, of the
+    line that called the client: the first frame outside the clients'
+    files, however deep the call went (a plan of _ops, a coroutine)."""
+    level, f = 1, sys._getframe(1)
+    while f.f_back is not None and os.path.dirname(f.f_code.co_filename) == _HERE \
+            and os.path.basename(f.f_code.co_filename) in _CLIENT_FILES:
+        level, f = level + 1, f.f_back
+    return level
+
+
 def warn_ignored(call: Call, kind: str) -> None:
     """Warn (IgnoredFieldsWarning) when relayd's answer to call named fields
     it did not know; stacklevel points at the line that called the client."""
@@ -356,7 +378,7 @@ def warn_ignored(call: Call, kind: str) -> None:
         names = ", ".join(repr(n) for n in call.ignored)
         warnings.warn(IgnoredFieldsWarning(
             f"relayd ignored fields of a {kind} request that it does not know: {names} "
-            "(misspelled, or newer than that relayd; protocol 4.6)"), stacklevel=4)
+            "(misspelled, or newer than that relayd; protocol 4.6)"), stacklevel=callers_level())
 
 
 def error_from(msg: Mapping[str, Any]) -> ProtocolError:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import io
 import socket
 from types import TracebackType
 from typing import IO, Any, AsyncIterator, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple, Type, Union
 
-from . import _dirs, _files, _wire
+from . import _dirs, _files, _ops, _wire
 from ._files import FileInfo
 from ._wire import Address, AsyncStdinSource, BoundaryFilesSpec, KeepEntry, OnOutput, OnStarted, Paths
 from .errors import ConnectionLostError, ProtocolError, RelaydError, ReplyTimeoutError, UnexpectedReplyError
@@ -198,10 +197,9 @@ class AsyncClient:
                        on_output: Optional[OnOutput], on_started: Optional[OnStarted]) -> Executed:
         """Sends an execute (a session's too) and waits for its executed
         reply, with a task that sends stdin meanwhile."""
-        if stdin is None:
+        if not _ops.stdin_fields("execute", req.msg, stdin):
             return await self._call(req, on_output, on_started)
-        _wire.check_stdin(stdin)
-        req.msg["stdin"] = True
+        assert stdin is not None
         named: "asyncio.Future[str]" = asyncio.get_running_loop().create_future()
 
         def started(x: str) -> None:
@@ -302,8 +300,7 @@ class AsyncClient:
     async def recycle(self, mark: str, *, timeout: Optional[float] = None) -> Recycled:
         """As Client.recycle: the boundary settling every survivor, then a
         restore of every kept subtree of ``mark``."""
-        v = await self.boundary(survivors="settle", timeout=timeout)
-        return Recycled(boundary=v, restored=await self.restore(mark, timeout=timeout))
+        return await self._drive(_ops.recycle(self, mark, timeout))
 
     async def session(self, *, shell: Optional[str] = None, user: Optional[str] = None, cwd: Optional[str] = None,
                       environment: Optional[Mapping[str, str]] = None, credentials: Optional[Mapping[str, str]] = None,
@@ -319,71 +316,57 @@ class AsyncClient:
     async def request(self, message: Mapping[str, Any], *, timeout: Optional[float] = None) -> Dict[str, Any]:
         return await self._call(_wire.any_request(message, timeout))
 
-    _upload_lock: Optional[asyncio.Lock] = None  # one put at a time: relayd has one transfer per connection
+    _upload_lock: Optional[asyncio.Lock] = None  # one put at a time (_do)
 
     async def upload_file(self, path: str, data: _files.Source, *, mode: Optional[int] = None, user: Optional[str] = None,
                           parents: bool = False, timeout: Optional[float] = None, digest: Optional[str] = None) -> FileInfo:
         """As Client.upload_file. Uploads on one AsyncClient wait for each
         other; cancelling one closes the connection (relayd drops its
         temporary file)."""
-        _files.wants_digest(digest)  # a bad value raises before anything is sent
-        if self._upload_lock is None:
-            self._upload_lock = asyncio.Lock()
-        async with self._upload_lock:
-            size = _files.body_size(data)
-            if size is not None and await self._serves(_files.BODY, timeout):
-                return await self._upload_body(path, data, size, mode, user, parents, timeout, digest=digest)
-            return await self._upload(path, data, mode, user, parents, timeout, digest=digest)
+        return await self._drive(_ops.upload_file(self, path, data, mode, user, parents, timeout, digest))
 
-    _extensions: Optional[FrozenSet[str]] = None  # relayd's, asked once (_serves)
+    _extensions: Optional[FrozenSet[str]] = None  # relayd's, asked once (_ops.serves)
     _write_lock: Optional[asyncio.Lock] = None  # held while a raw body goes out: no line may come between
-
-    async def _serves(self, extension: str, timeout: Optional[float]) -> bool:
-        """Whether relayd lists extension in its ready (asked once)."""
-        if self._extensions is None:
-            ready = self.first_ready or await self.ready(timeout=timeout)
-            self._extensions = frozenset(ready.extensions)
-        return extension in self._extensions
 
     def _wlock(self) -> asyncio.Lock:
         if self._write_lock is None:
             self._write_lock = asyncio.Lock()
         return self._write_lock
 
-    def _put_call(self, digest: Optional[str]) -> Tuple[asyncio.StreamWriter, _files.Tally, _wire.Call,
-                                                        "asyncio.Future[_wire.Reply]"]:
+    def _ulock(self) -> asyncio.Lock:
+        if self._upload_lock is None:
+            self._upload_lock = asyncio.Lock()
+        return self._upload_lock
+
+    def _put_call(self) -> Tuple[asyncio.StreamWriter, _wire.Call, "asyncio.Future[_wire.Reply]"]:
         """A put's start: the writer (ConnectionLostError when the
-        connection is closed), the tally of its bytes, and its call,
-        registered with the future of its reply."""
+        connection is closed) and its call, registered with the future of
+        its reply."""
         writer = self._writer
         if self._lost is not None or writer is None:
             raise ConnectionLostError("this relayd connection is closed")
-        tally = _files.Tally(_files.wants_digest(digest))
         id = self._next_id
         self._next_id += 1
         call = _wire.Call(id, "stored")
         fut: "asyncio.Future[_wire.Reply]" = asyncio.get_running_loop().create_future()
         self._pending[id] = (call, fut, True)
-        return writer, tally, call, fut
+        return writer, call, fut
 
-    async def _upload_body(self, path: str, data: _files.Source, size: int, mode: Optional[int], user: Optional[str],
-                           parents: bool, timeout: Optional[float], fmt: Optional[str] = None,
-                           links: Optional[str] = None, digest: Optional[str] = None) -> FileInfo:
-        """As Client._upload_body: the put's line, then its raw body, with
+    async def _put_body(self, op: _ops.PutBody) -> Any:
+        """As Client._put_body: the put's line, then its raw body, with
         no other line between them."""
-        writer, tally, call, fut = self._put_call(digest)
+        writer, call, fut = self._put_call()
         id = call.id
-        msg = _files.put_body_message(path, size, mode=mode, user=user, parents=parents, fmt=fmt, links=links, digest=tally.hashing)
         try:
             async with self._wlock():
                 try:
-                    writer.write(_wire.encode({"token": self._token, **msg, "id": id}))
-                    for b in _files.body_pieces(data, size, tally):
+                    writer.write(_wire.encode({"token": self._token, **op.msg, "id": id}))
+                    for b in op.pieces:
                         writer.write(b)
                         await writer.drain()
                 except OSError:
                     pass  # relayd may have answered and closed first: the reader reports what it said
-            r = await asyncio.wait_for(asyncio.shield(fut), self.reply_timeout if timeout is None else timeout)
+            r = await asyncio.wait_for(asyncio.shield(fut), op.wait)
         except asyncio.TimeoutError:
             await self.close()
             raise ReplyTimeoutError("no reply from relayd in time; the connection is closed, so relayd settles what ran") from None
@@ -398,18 +381,17 @@ class AsyncClient:
             if not fut.done():
                 fut.cancel()
         _wire.warn_ignored(call, "put")
-        assert isinstance(r, dict)
-        return _files.stored(r, tally.n, tally.hexdigest())
+        return r
 
-    async def _upload(self, path: str, data: _files.Source, mode: Optional[int], user: Optional[str],
-                      parents: bool, timeout: Optional[float], digest: Optional[str] = None) -> FileInfo:
+    async def _put_lines(self, op: _ops.PutLines) -> Any:
+        """As Client._put_lines."""
         # Registered before the first chunk goes out, so that a refusal
         # (the only reply before the last chunk) stops the sending.
-        writer, tally, call, early = self._put_call(digest)
+        writer, call, early = self._put_call()
         id = call.id
         line: Optional[bytes] = None
         try:
-            for m in _files.put_messages(path, data, mode=mode, user=user, parents=parents, tally=tally):
+            for m in op.msgs:
                 if line is not None:
                     if early.done():
                         break
@@ -431,83 +413,71 @@ class AsyncClient:
                 assert exc is not None  # only a refusal comes before the last chunk
                 raise exc
             assert line is not None
-            r = await self._exchange(line, call, self.reply_timeout if timeout is None else timeout, raw=True)
+            r = await self._exchange(line, call, op.wait, raw=True)
         except ProtocolError:
             _wire.warn_ignored(call, "put")
             raise
         _wire.warn_ignored(call, "put")
-        assert isinstance(r, dict)
-        return _files.stored(r, tally.n, tally.hexdigest())
+        return r
 
     async def upload_dir(self, local_dir: str, remote_dir: str, *, user: Optional[str] = None,
                          timeout: Optional[float] = None, links: Optional[str] = None) -> None:
         """As Client.upload_dir: a tar file (made in a thread) over put,
         unpacked on relayd's side by relayd itself when it serves "tree",
         else by ``tar``; ``links="keep"`` keeps every symbolic link."""
-        await self._drive(_dirs.upload_dir(local_dir, remote_dir, user=user, timeout=timeout, links=links))
+        await self._drive(_ops.tree(self, _dirs.upload_dir(local_dir, remote_dir, user=user, timeout=timeout, links=links)))
 
     async def download_dir(self, remote_dir: str, local_dir: str, *, user: Optional[str] = None,
                            timeout: Optional[float] = None, links: Optional[str] = None) -> None:
         """As Client.download_dir: a tar file over get, unpacked here in a
         thread; ``links="keep"`` keeps every symbolic link, and nothing is
         written through one."""
-        await self._drive(_dirs.download_dir(remote_dir, local_dir, user=user, timeout=timeout, links=links))
+        await self._drive(_ops.tree(self, _dirs.download_dir(remote_dir, local_dir, user=user, timeout=timeout, links=links)))
 
-    async def _drive(self, plan: _dirs.Plan) -> None:
-        """Runs a plan of the core (_dirs) with this client's I/O; its
+    async def _drive(self, plan: _ops.Plan[_wire.T]) -> _wire.T:
+        """Runs a plan of the core (_ops) with this client's I/O; its
         blocking local steps (tar) in a thread."""
-        d = _dirs.Driver(plan)
+        d: _ops.Driver[_ops.Op, _wire.T] = _ops.Driver(plan)
         while (op := d.next()) is not None:
             with d.doing():
                 d.value = await self._do(op)
+        return d.result
 
-    async def _do(self, op: _dirs.Op) -> Any:
+    async def _do(self, op: _ops.Op) -> Any:
         """What one request of a plan asks, done."""
-        if isinstance(op, _dirs.Serves):
-            return await self._serves(op.extension, op.timeout)
-        if isinstance(op, _dirs.Shell):
-            return await self.execute("sh", ["-c", op.script, "sh", *op.args], user=op.user, capture_stderr=True,
-                                      timeout=op.timeout)
-        if isinstance(op, _dirs.Put):
-            if op.tar:
-                return await self._upload_body(op.path, op.f, op.size, None, op.user, True, op.timeout, fmt="tar",
-                                               links=op.links)
-            return await self.upload_file(op.path, op.f, mode=op.mode, user=op.user, timeout=op.timeout)
-        if isinstance(op, _dirs.Get):
-            return await self._download(op.path, op.f, op.user, op.timeout, fmt=op.fmt)
+        if isinstance(op, _ops.Ask):
+            return await self._call(op.req)
+        if isinstance(op, (_ops.PutLines, _ops.PutBody)):
+            async with self._ulock():  # one put at a time: relayd has one transfer per connection
+                return await (self._put_lines(op) if isinstance(op, _ops.PutLines) else self._put_body(op))
+        if isinstance(op, _ops.Fetch):
+            return await self._fetch(op)
         return await asyncio.get_running_loop().run_in_executor(None, op.fn, *op.args)
 
     async def download_file(self, path: str, *, user: Optional[str] = None, timeout: Optional[float] = None,
                             digest: Optional[str] = None) -> bytes:
         """As Client.download_file."""
-        buf = io.BytesIO()
-        await self.download_file_to(path, buf, user=user, timeout=timeout, digest=digest)
-        return buf.getvalue()
+        return await self._drive(_ops.download_file(self, path, user, timeout, digest))
 
     async def download_file_to(self, path: str, out: IO[bytes], *, user: Optional[str] = None,
                                timeout: Optional[float] = None, digest: Optional[str] = None) -> FileInfo:
         """As Client.download_file_to: ``out`` is written by the reader as
         the bytes arrive."""
-        return await self._download(path, out, user, timeout, digest=digest)
+        return await self._drive(_ops.download(self, path, out, user, timeout, digest=digest))
 
     async def download_file_as(self, path: str, local_path: str, *, user: Optional[str] = None,
                                timeout: Optional[float] = None, digest: Optional[str] = None) -> FileInfo:
         """As Client.download_file_as: renamed into place only once the
         transfer checked out; a failed one leaves what was there."""
-        with _files.local_replacement(local_path) as f:
-            return await self.download_file_to(path, f, user=user, timeout=timeout, digest=digest)
+        return await self._drive(_ops.download_file_as(self, path, local_path, user, timeout, digest))
 
-    async def _download(self, path: str, out: IO[bytes], user: Optional[str], timeout: Optional[float],
-                        fmt: Optional[str] = None, digest: Optional[str] = None) -> FileInfo:
-        """download_file_to, or with fmt "tar" the directory path packed by relayd."""
-        hashing = _files.wants_digest(digest)
-        # with body, the reader takes the raw body (_read_loop)
-        msg = _files.get_message(path, user, hashing, fmt, fmt is None and await self._serves(_files.BODY, timeout))
+    async def _fetch(self, op: _ops.Fetch) -> FileInfo:
+        """As Client._fetch: the reader takes a raw body (_read_loop)."""
         id = self._next_id
         self._next_id += 1
-        call = _files.ContentCall(id, out, hashing, reader_first=True)
+        call = _files.ContentCall(id, op.out, op.hashing, reader_first=True)
         try:
-            r = await self._exchange(_wire.encode({"token": self._token, **msg, "id": id}), call, timeout)
+            r = await self._exchange(_wire.encode({"token": self._token, **op.msg, "id": id}), call, op.timeout)
         except ProtocolError:
             _wire.warn_ignored(call, "get")
             raise
@@ -608,13 +578,10 @@ class AsyncClient:
                 self._writer.close()  # close() still awaits wait_closed
 
     def _dispatch(self, msg: Dict[str, Any]) -> None:
-        mid = msg.get("id")
-        if mid == _wire.RESIZE_ID and msg["kind"] == "error":
-            _wire.warn_resize_refused(msg)
+        if _wire.aside(msg):
             return
+        mid = msg.get("id")
         if mid is None:
-            if msg["kind"] != "error":
-                return  # a message for no request (a dial-out relayd's unprompted ready)
             err = _wire.error_from(msg)
             if _wire.closes(err):
                 raise err
@@ -651,14 +618,8 @@ class AsyncClient:
                 fut.set_exception(err)
 
 
-class AsyncSession:
+class AsyncSession(_ops.SessionCore[AsyncClient]):
     """Session (client.py) for AsyncClient."""
-
-    def __init__(self, client: AsyncClient, name: str, shell: str, cwd: str) -> None:
-        self.client, self.name, self.shell, self.cwd = client, name, shell, cwd
-
-    def __repr__(self) -> str:
-        return f"AsyncSession({self.name!r})"
 
     async def __aenter__(self) -> "AsyncSession":
         return self
@@ -676,10 +637,7 @@ class AsyncSession:
                   on_output: Optional[OnOutput] = None, on_started: Optional[OnStarted] = None) -> Executed:
         """Session.run(), awaited; ``stdin`` as AsyncClient.execute's."""
         req = _wire.run_request(self.client, self.name, script, timeout_ms, input, max_output_bytes, stream, timeout)
-        r = await self.client._execute(req, stdin, on_output, on_started)
-        if r.cwd:
-            self.cwd = r.cwd
-        return r
+        return self._ran(await self.client._execute(req, stdin, on_output, on_started))
 
     async def close(self, *, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Session.close(), awaited."""

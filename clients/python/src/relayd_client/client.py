@@ -10,7 +10,6 @@ write_stdin() (feed an execute run with ``stdin_open``)."""
 from __future__ import annotations
 
 import hmac
-import io
 import select
 import selectors
 import socket
@@ -20,7 +19,7 @@ import time
 from types import TracebackType
 from typing import IO, Any, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
-from . import _dirs, _files, _wire
+from . import _dirs, _files, _ops, _wire
 from ._files import FileInfo
 from ._wire import Address, BoundaryFilesSpec, KeepEntry, OnOutput, OnStarted, Paths, StdinSource
 from .errors import ConnectionLostError, ProtocolError, RelaydError, ReplyTimeoutError, UnexpectedReplyError
@@ -66,7 +65,7 @@ class Client:
         _wire.keepalive(_sock)
         #: The ready relayd sent first, for a relayd that dialed out (Listener.accept).
         self.first_ready: Optional[Ready] = None
-        self._extensions: Optional[FrozenSet[str]] = None  # relayd's, asked once (_serves)
+        self._extensions: Optional[FrozenSet[str]] = None  # relayd's, asked once (_ops.serves)
         self._proc: Optional[subprocess.Popen[bytes]] = None  # over_command's command
         self._pump: Optional[_StdinPump] = None  # the running execute's stdin=, sent between reads
 
@@ -376,8 +375,7 @@ class Client:
         settled, then a restore of every kept subtree of ``mark``. Returns
         both replies' evidence; ``pristine`` says whether the processes are
         gone (confirmed) and the kept files are as marked."""
-        v = self.boundary(survivors="settle", timeout=timeout)
-        return Recycled(boundary=v, restored=self.restore(mark, timeout=timeout))
+        return self._drive(_ops.recycle(self, mark, timeout))
 
     def session(self, *, shell: Optional[str] = None, user: Optional[str] = None, cwd: Optional[str] = None,
                 environment: Optional[Mapping[str, str]] = None, credentials: Optional[Mapping[str, str]] = None,
@@ -421,30 +419,7 @@ class Client:
         itself (protocol 4.6, "Bulk bodies"). NotFoundError for a
         missing parent, BadRequestError for a directory, a symbolic link
         relayd does not follow, a bad mode, a file over --max-file-bytes."""
-        tally = _files.Tally(_files.wants_digest(digest))
-        size = _files.body_size(data)
-        if size is not None and self._serves(_files.BODY, timeout):
-            return self._upload_body(path, data, size, mode, user, parents, timeout, digest=digest)
-        with self._lock:
-            id = self._next_id
-            self._next_id += 1
-            call = _wire.Call(id, "stored")
-            try:
-                line: Optional[bytes] = None
-                for m in _files.put_messages(path, data, mode=mode, user=user, parents=parents, tally=tally):
-                    if line is not None:
-                        if self._answered():
-                            line = b""  # refused already: relayd drops what would follow; read why
-                            break
-                        self._send(line)
-                    line = _wire.encode({"token": self._token, **m, "id": id})
-                assert line is not None
-                r = self._exchange(line, call, _wire.reply_wait(self, timeout), raw=True)
-            except BaseException as e:
-                raise self._put_failed(call, e)
-        _wire.warn_ignored(call, "put")
-        assert isinstance(r, dict)
-        return _files.stored(r, tally.n, tally.hexdigest())
+        return self._drive(_ops.upload_file(self, path, data, mode, user, parents, timeout, digest))
 
     def _put_failed(self, call: _wire.Call, e: BaseException) -> BaseException:
         """What a put that failed while sending raises: a refusal as it
@@ -461,35 +436,45 @@ class Client:
             return lost
         return e
 
-    def _serves(self, extension: str, timeout: Optional[float]) -> bool:
-        """Whether relayd lists extension in its ready (asked once)."""
-        if self._extensions is None:
-            ready = self.first_ready or self.ready(timeout=timeout)
-            self._extensions = frozenset(ready.extensions)
-        return extension in self._extensions
-
-    def _upload_body(self, path: str, data: _files.Source, size: int, mode: Optional[int], user: Optional[str],
-                     parents: bool, timeout: Optional[float], fmt: Optional[str] = None,
-                     links: Optional[str] = None, digest: Optional[str] = None) -> FileInfo:
-        """A put of one raw body (protocol 4.6, "Bulk bodies"): its line,
-        then the size bytes, sent whole even when relayd refuses the put
-        (it reads and drops them, and the stream stays in step)."""
-        tally = _files.Tally(_files.wants_digest(digest))
+    def _put_lines(self, op: _ops.PutLines) -> Any:
+        """A put as lines, each sent while relayd has not answered (a refusal)."""
         with self._lock:
             id = self._next_id
             self._next_id += 1
             call = _wire.Call(id, "stored")
-            msg = _files.put_body_message(path, size, mode=mode, user=user, parents=parents, fmt=fmt, links=links, digest=tally.hashing)
             try:
-                self._send(_wire.encode({"token": self._token, **msg, "id": id}))
-                for b in _files.body_pieces(data, size, tally):
-                    self._send(b)
-                r = self._exchange(b"", call, _wire.reply_wait(self, timeout), raw=True)
+                line: Optional[bytes] = None
+                for m in op.msgs:
+                    if line is not None:
+                        if self._answered():
+                            line = b""  # refused already: relayd drops what would follow; read why
+                            break
+                        self._send(line)
+                    line = _wire.encode({"token": self._token, **m, "id": id})
+                assert line is not None
+                r = self._exchange(line, call, op.wait, raw=True)
             except BaseException as e:
                 raise self._put_failed(call, e)
         _wire.warn_ignored(call, "put")
-        assert isinstance(r, dict)
-        return _files.stored(r, tally.n, tally.hexdigest())
+        return r
+
+    def _put_body(self, op: _ops.PutBody) -> Any:
+        """A put of one raw body: its line, then the bytes, sent whole even
+        when relayd refuses the put (it reads and drops them, and the
+        stream stays in step)."""
+        with self._lock:
+            id = self._next_id
+            self._next_id += 1
+            call = _wire.Call(id, "stored")
+            try:
+                self._send(_wire.encode({"token": self._token, **op.msg, "id": id}))
+                for b in op.pieces:
+                    self._send(b)
+                r = self._exchange(b"", call, op.wait, raw=True)
+            except BaseException as e:
+                raise self._put_failed(call, e)
+        _wire.warn_ignored(call, "put")
+        return r
 
     def _read_body(self, n: int, call: _files.ContentCall, deadline: Optional[float]) -> None:
         """Hands the n raw bytes that follow a content line to call."""
@@ -500,21 +485,10 @@ class Client:
             call.body(b)
             left -= len(b)
         while left:
-            sock = self._sock
-            if sock is None:
-                raise ConnectionLostError("this relayd connection is closed")
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                self.close()
-                raise ReplyTimeoutError("the file did not arrive in time; the connection is closed")
-            sock.settimeout(remaining)
-            try:
-                chunk = sock.recv(min(left, 1 << 18))
-            except socket.timeout:
+            sock, remaining = self._until(deadline, "the file did not arrive in time; the connection is closed")
+            chunk = self._recv(sock, min(left, 1 << 18), remaining, "relayd connection failed inside a file's body")
+            if chunk is None:
                 continue
-            except OSError as e:
-                self.close()
-                raise ConnectionLostError(f"relayd connection failed inside a file's body: {e}") from e
             if not chunk:
                 self.close()
                 raise ConnectionLostError(f"relayd closed the connection {left} bytes before the end of a file's body")
@@ -533,7 +507,7 @@ class Client:
         it is, whatever its target (a virtual environment's link to
         /usr/bin/python3), as docker cp keeps it. Nothing is ever written
         through a link. ``links`` other than None or "keep": ValueError."""
-        self._drive(_dirs.upload_dir(local_dir, remote_dir, user=user, timeout=timeout, links=links))
+        self._drive(_ops.tree(self, _dirs.upload_dir(local_dir, remote_dir, user=user, timeout=timeout, links=links)))
 
     def download_dir(self, remote_dir: str, local_dir: str, *, user: Optional[str] = None,
                      timeout: Optional[float] = None, links: Optional[str] = None) -> None:
@@ -545,27 +519,26 @@ class Client:
         (DirectoryError). By default a link that leads outside
         ``local_dir`` is refused too; with ``links="keep"`` every link is
         kept as it is, whatever its target, as docker cp keeps it."""
-        self._drive(_dirs.download_dir(remote_dir, local_dir, user=user, timeout=timeout, links=links))
+        self._drive(_ops.tree(self, _dirs.download_dir(remote_dir, local_dir, user=user, timeout=timeout, links=links)))
 
-    def _drive(self, plan: _dirs.Plan) -> None:
-        """Runs a plan of the core (_dirs) with this client's I/O."""
-        d = _dirs.Driver(plan)
+    def _drive(self, plan: _ops.Plan[_wire.T]) -> _wire.T:
+        """Runs a plan of the core (_ops) with this client's I/O."""
+        d: _ops.Driver[_ops.Op, _wire.T] = _ops.Driver(plan)
         while (op := d.next()) is not None:
             with d.doing():
                 d.value = self._do(op)
+        return d.result
 
-    def _do(self, op: _dirs.Op) -> Any:
+    def _do(self, op: _ops.Op) -> Any:
         """What one request of a plan asks, done."""
-        if isinstance(op, _dirs.Serves):
-            return self._serves(op.extension, op.timeout)
-        if isinstance(op, _dirs.Shell):
-            return self.execute("sh", ["-c", op.script, "sh", *op.args], user=op.user, capture_stderr=True, timeout=op.timeout)
-        if isinstance(op, _dirs.Put):
-            if op.tar:
-                return self._upload_body(op.path, op.f, op.size, None, op.user, True, op.timeout, fmt="tar", links=op.links)
-            return self.upload_file(op.path, op.f, mode=op.mode, user=op.user, timeout=op.timeout)
-        if isinstance(op, _dirs.Get):
-            return self._download(op.path, op.f, op.user, op.timeout, fmt=op.fmt)
+        if isinstance(op, _ops.Ask):
+            return self._call(op.req)
+        if isinstance(op, _ops.PutLines):
+            return self._put_lines(op)
+        if isinstance(op, _ops.PutBody):
+            return self._put_body(op)
+        if isinstance(op, _ops.Fetch):
+            return self._fetch(op)
         return op.fn(*op.args)
 
     def download_file(self, path: str, *, user: Optional[str] = None, timeout: Optional[float] = None,
@@ -577,9 +550,7 @@ class Client:
         FailedError when the file changed while relayd sent it. For a
         large file, use download_file_to, which holds one chunk at a
         time, or download_file_as."""
-        buf = io.BytesIO()
-        self.download_file_to(path, buf, user=user, timeout=timeout, digest=digest)
-        return buf.getvalue()
+        return self._drive(_ops.download_file(self, path, user, timeout, digest))
 
     def download_file_to(self, path: str, out: IO[bytes], *, user: Optional[str] = None,
                          timeout: Optional[float] = None, digest: Optional[str] = None) -> FileInfo:
@@ -589,28 +560,25 @@ class Client:
         the file may have been written (download_file_as leaves nothing).
         ``timeout`` (seconds) bounds the whole transfer; by default there
         is none (TCP keepalive notices a relayd that vanished)."""
-        return self._download(path, out, user, timeout, digest=digest)
+        return self._drive(_ops.download(self, path, out, user, timeout, digest=digest))
 
     def download_file_as(self, path: str, local_path: str, *, user: Optional[str] = None,
                          timeout: Optional[float] = None, digest: Optional[str] = None) -> FileInfo:
         """Copy the file at ``path`` on relayd's side to ``local_path``: written
         to a temporary file beside it and renamed into place only once the
         transfer checked out, so that a failed one leaves what was there."""
-        with _files.local_replacement(local_path) as f:
-            return self.download_file_to(path, f, user=user, timeout=timeout, digest=digest)
+        return self._drive(_ops.download_file_as(self, path, local_path, user, timeout, digest))
 
-    def _download(self, path: str, out: IO[bytes], user: Optional[str], timeout: Optional[float],
-                  fmt: Optional[str] = None, digest: Optional[str] = None) -> FileInfo:
-        """download_file_to, or with fmt "tar" the directory path packed by relayd."""
-        hashing = _files.wants_digest(digest)
-        msg = _files.get_message(path, user, hashing, fmt, fmt is None and self._serves(_files.BODY, timeout))
+    def _fetch(self, op: _ops.Fetch) -> FileInfo:
+        """A get: its content, and a raw body after its content line, into op.out."""
+        timeout = op.timeout
         with self._lock:
             id = self._next_id
             self._next_id += 1
-            call = _files.ContentCall(id, out, hashing)
+            call = _files.ContentCall(id, op.out, op.hashing)
             try:
                 deadline = None if timeout is None else time.monotonic() + timeout
-                r = self._exchange(_wire.encode({"token": self._token, **msg, "id": id}), call, timeout)
+                r = self._exchange(_wire.encode({"token": self._token, **op.msg, "id": id}), call, timeout)
                 if isinstance(r, dict) and isinstance(r.get("body"), int):
                     self._read_body(int(r["body"]), call, deadline)
                     if call.trailer_due():  # sent (or relayd's error) follows the bytes
@@ -676,12 +644,9 @@ class Client:
             except UnexpectedReplyError:
                 self.close()
                 raise
-            mid = msg.get("id")
-            if mid == _wire.RESIZE_ID and msg["kind"] == "error":
-                _wire.warn_resize_refused(msg)
+            if _wire.aside(msg):
                 continue
-            if mid is None and msg["kind"] != "error":
-                continue  # a message for no request (a dial-out relayd's unprompted ready)
+            mid = msg.get("id")
             if mid is not None and mid != call.id:
                 self.close()
                 raise UnexpectedReplyError(f"relayd sent a {msg['kind']} for request {mid!r} while request {call.id} waited")
@@ -722,6 +687,33 @@ class Client:
             sock.settimeout(self.reply_timeout)
             sock.sendall(line)
 
+    def _until(self, deadline: Optional[float], late: str) -> Tuple[socket.socket, Optional[float]]:
+        """The socket and the seconds left before deadline (None: no
+        limit): ConnectionLostError when the connection is closed; past the
+        deadline the connection is closed and ReplyTimeoutError says late."""
+        sock = self._sock
+        if sock is None:
+            raise ConnectionLostError("this relayd connection is closed")
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            self.close()
+            raise ReplyTimeoutError(late)
+        return sock, remaining
+
+    def _recv(self, sock: socket.socket, n: int, remaining: Optional[float], failed: str,
+              partial: int = 0) -> Optional[bytes]:
+        """Up to n bytes (b"": relayd closed the connection), or None when
+        remaining seconds passed first; when the socket fails, the
+        connection is closed and ConnectionLostError says failed."""
+        sock.settimeout(remaining)
+        try:
+            return sock.recv(n)
+        except socket.timeout:
+            return None
+        except OSError as e:
+            self.close()
+            raise ConnectionLostError(f"{failed}: {e}", partial) from e
+
     def _readline(self, deadline: Optional[float]) -> bytes:
         while True:
             i = self._buf.find(b"\n")
@@ -734,13 +726,8 @@ class Client:
             if len(self._buf) > _wire.MAX_REPLY_LINE:
                 self.close()
                 raise UnexpectedReplyError(f"relayd sent a line longer than {_wire.MAX_REPLY_LINE} bytes")
-            sock = self._sock
-            if sock is None:
-                raise ConnectionLostError("this relayd connection is closed")
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                self.close()
-                raise ReplyTimeoutError("no reply from relayd in time; the connection is closed, so relayd settles what ran")
+            sock, remaining = self._until(
+                deadline, "no reply from relayd in time; the connection is closed, so relayd settles what ran")
             pump = self._pump
             if pump is not None and pump.wants_write():
                 # Send stdin only while relayd reads it, and read replies meanwhile.
@@ -757,14 +744,9 @@ class Client:
                     raise ConnectionLostError(f"relayd connection lost while sending stdin: {e}", len(self._buf)) from e
                 if not readable:
                     continue  # the deadline check above reports it
-            sock.settimeout(remaining)
-            try:
-                chunk = sock.recv(1 << 16)
-            except socket.timeout:
+            chunk = self._recv(sock, 1 << 16, remaining, "relayd connection failed", len(self._buf))
+            if chunk is None:
                 continue  # the deadline check above reports it
-            except OSError as e:
-                self.close()
-                raise ConnectionLostError(f"relayd connection failed: {e}", len(self._buf)) from e
             if not chunk:
                 partial = len(self._buf)
                 self.close()
@@ -774,16 +756,10 @@ class Client:
             self._buf += chunk
 
 
-class Session:
+class Session(_ops.SessionCore[Client]):
     """An open shell session (Client.session). Its commands run one at a
     time; run() returns the same Executed as execute(), with ``session``,
     ``cwd`` (the shell's directory afterwards) and ``session_ended``."""
-
-    def __init__(self, client: Client, name: str, shell: str, cwd: str) -> None:
-        self.client, self.name, self.shell, self.cwd = client, name, shell, cwd
-
-    def __repr__(self) -> str:
-        return f"Session({self.name!r})"
 
     def __enter__(self) -> "Session":
         return self
@@ -811,10 +787,7 @@ class Session:
         nothing)."""
         req = _wire.run_request(self.client, self.name, script, timeout_ms, input, max_output_bytes, stream, timeout)
         pump = _stdin_pump("run", req.msg, stdin, stdin_open, self.client._token)
-        r = self.client._call(req, on_output, on_started, pump=pump)
-        if r.cwd:
-            self.cwd = r.cwd
-        return r
+        return self._ran(self.client._call(req, on_output, on_started, pump=pump))
 
     def write(self, keys: Union[str, bytes]) -> None:
         """Type ``keys`` into a pty session's terminal (``"\\x03"`` is
@@ -856,14 +829,9 @@ def _stdin_pump(what: str, msg: Dict[str, Any], stdin: Optional[StdinSource], st
                 token: str) -> Optional["_StdinPump"]:
     """Marks msg as taking stdin when stdin or stdin_open asks for it, and
     returns the pump that sends a stdin= source between reads (else None)."""
-    if stdin_open and stdin is not None:
-        raise TypeError(f"{what}: stdin= and stdin_open=True exclude each other")
-    if stdin_open:
-        msg["stdin"] = True
-    if stdin is None:
+    if not _ops.stdin_fields(what, msg, stdin, stdin_open):
         return None
-    _wire.check_stdin(stdin)
-    msg["stdin"] = True
+    assert stdin is not None
     return _StdinPump(token, _wire.stdin_pieces(stdin))
 
 
