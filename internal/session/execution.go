@@ -413,22 +413,9 @@ func (s *Server) start(ex *execution, out *output, res *protocol.Executed) (*exe
 	// execution is measurable, and a cwd that is missing makes the lookup or
 	// the start fail anyway.
 	dir := env.Cwd(s.cfg.Workspace, req.Cwd)
-	badDir := func() (int, string) {
-		return protocol.ExitNotExecutable, fmt.Sprintf("cwd %s is not a directory that exists", dir)
-	}
-	var cred *syscall.Credential
-	if ex.user != nil {
-		cred = ex.user.Cred
-	}
-	path, err := env.LookPath(req.Command, subjectEnv, dir, cred)
-	if err != nil {
-		if env.CheckDir(dir) != nil {
-			return failed(badDir())
-		}
-		if errors.Is(err, env.ErrNotFound) {
-			return failed(protocol.ExitNotFound, fmt.Sprintf("program %q not found", req.Command))
-		}
-		return failed(protocol.ExitNotExecutable, fmt.Sprintf("program %q is not executable", req.Command))
+	path, code, detail := lookUp(ex, subjectEnv, dir)
+	if code != 0 {
+		return failed(code, detail)
 	}
 	scope, err := s.cfg.NewScope(ex.id)
 	if err != nil {
@@ -439,8 +426,62 @@ func (s *Server) start(ex *execution, out *output, res *protocol.Executed) (*exe
 		scope.Close()
 		return failed(protocol.ExitScopeUnavailable, "the execution's limits could not be set: "+err.Error())
 	}
-	spec := exec.Spec{Path: path, Argv: append([]string{req.Command}, req.Args...), Env: subjectEnv, Dir: dir,
-		Stdin: ex.in != nil || ex.shell != nil, Rlimits: rlimits(req.Limits)}
+	spec := s.spec(ex, out, exec.Spec{Path: path, Argv: append([]string{req.Command}, req.Args...), Env: subjectEnv, Dir: dir,
+		Stdin: ex.in != nil || ex.shell != nil, Rlimits: rlimits(req.Limits)})
+	w := s.watchOOM(scope)
+	subj, err := exec.Start(s.cfg.Shims, scope, spec)
+	if err != nil {
+		closeAll(spec.StdoutCopy, spec.StderrCopy)
+		scope.Close()
+		if env.CheckDir(dir) != nil {
+			return failed(badDir(dir))
+		}
+		return failed(spawnFailure(err, req.Command))
+	}
+	if ex.in != nil {
+		ex.in.start(subj.Stdin)
+	}
+	if req.Pty != nil {
+		ex.setTerminal(subj)
+	}
+	if ex.shell != nil {
+		ex.shell.started(subj)
+	}
+	ex.log.Debug().Int("pid", subj.PID).Msg("execution started")
+	return subj, scope, w, true
+}
+
+// lookUp finds ex's program in the subject's environment and cwd (dir),
+// as the subject's user; code is not 0 when it cannot (protocol 4.2).
+func lookUp(ex *execution, subjectEnv []string, dir string) (path string, code int, detail string) {
+	var cred *syscall.Credential
+	if ex.user != nil {
+		cred = ex.user.Cred
+	}
+	path, err := env.LookPath(ex.req.Command, subjectEnv, dir, cred)
+	switch {
+	case err == nil:
+		return path, 0, ""
+	case env.CheckDir(dir) != nil:
+		code, detail = badDir(dir)
+	case errors.Is(err, env.ErrNotFound):
+		code, detail = protocol.ExitNotFound, fmt.Sprintf("program %q not found", ex.req.Command)
+	default:
+		code, detail = protocol.ExitNotExecutable, fmt.Sprintf("program %q is not executable", ex.req.Command)
+	}
+	return "", code, detail
+}
+
+// badDir is the exit code and detail of a cwd that is not a directory.
+func badDir(dir string) (int, string) {
+	return protocol.ExitNotExecutable, fmt.Sprintf("cwd %s is not a directory that exists", dir)
+}
+
+// spec completes the start of ex's subject: whom it runs as, where its
+// output goes (the capture, the artifacts, a session's routers), its
+// status channel and its terminal.
+func (s *Server) spec(ex *execution, out *output, spec exec.Spec) exec.Spec {
+	req := ex.req
 	if ex.user != nil {
 		spec.Credential = ex.user.Cred
 	}
@@ -462,27 +503,7 @@ func (s *Server) start(ex *execution, out *output, res *protocol.Executed) (*exe
 		closeAll(spec.StderrCopy)
 		spec.Stderr, spec.StderrCopy = nil, nil
 	}
-	w := s.watchOOM(scope)
-	subj, err := exec.Start(s.cfg.Shims, scope, spec)
-	if err != nil {
-		closeAll(spec.StdoutCopy, spec.StderrCopy)
-		scope.Close()
-		if env.CheckDir(dir) != nil {
-			return failed(badDir())
-		}
-		return failed(spawnFailure(err, req.Command))
-	}
-	if ex.in != nil {
-		ex.in.start(subj.Stdin)
-	}
-	if req.Pty != nil {
-		ex.setTerminal(subj)
-	}
-	if ex.shell != nil {
-		ex.shell.started(subj)
-	}
-	ex.log.Debug().Int("pid", subj.PID).Msg("execution started")
-	return subj, scope, w, true
+	return spec
 }
 
 // withTerm is vars with TERM set to the terminal's type for a subject on
