@@ -126,25 +126,8 @@ func (s *Server) startExecution(cn *conn, req *protocol.Execute, reqID json.RawM
 // startWith is startExecution, of a session's shell when sh is not nil:
 // a trial boundary does not end it as it ends an execution (shell.go).
 func (s *Server) startWith(cn *conn, req *protocol.Execute, reqID json.RawMessage, user *env.User, log zerolog.Logger, sh *shell) *execution {
-	ex := &execution{
-		shell:    sh,
-		id:       s.newExecutionID(),
-		reqID:    reqID,
-		req:      req,
-		stopCh:   make(chan string, 1),
-		done:     make(chan protocol.Executed, 1),
-		finished: make(chan struct{}),
-		owner:    cn,
-		ownerID:  reqID,
-		user:     user,
-		began:    time.Now(),
-	}
-	if req.HasInput || req.Stdin {
-		ex.in = newStdinFeed(s.cfg.MaxStdinBuffer)
-		if req.HasInput {
-			ex.in.push(req.Input, !req.Stdin)
-		}
-	}
+	ex := s.newExecution(cn, req, reqID, req.HasInput || req.Stdin)
+	ex.shell, ex.user = sh, user
 	if req.DetachMs > 0 {
 		ex.announced = make(chan struct{})
 	}
@@ -172,12 +155,32 @@ func (s *Server) startWith(cn *conn, req *protocol.Execute, reqID json.RawMessag
 			sh.closeChannel()
 			sh.final = res
 		}
-		ex.done <- res // buffered: the reply is never lost to a slow loop, or kept while detached
-		s.untrack(ex)
-		close(ex.finished)
-		s.ended()
+		s.deliver(ex, res)
 	})
 	return ex
+}
+
+// newExecution is an execution (or a session's command) accepted now,
+// with a stdin feed holding its input when in says it has one.
+func (s *Server) newExecution(cn *conn, req *protocol.Execute, reqID json.RawMessage, in bool) *execution {
+	ex := &execution{id: s.newExecutionID(), reqID: reqID, req: req, stopCh: make(chan string, 1),
+		done: make(chan protocol.Executed, 1), finished: make(chan struct{}), owner: cn, ownerID: reqID, began: time.Now()}
+	if in {
+		ex.in = newStdinFeed(s.cfg.MaxStdinBuffer)
+		if req.HasInput {
+			ex.in.push(req.Input, !req.Stdin)
+		}
+	}
+	return ex
+}
+
+// deliver hands an execution's (or a session's command's) reply to its
+// connection, once every output message went before it.
+func (s *Server) deliver(ex *execution, res protocol.Executed) {
+	ex.done <- res // buffered: the reply is never lost to a slow loop, or kept while detached
+	s.untrack(ex)
+	close(ex.finished)
+	s.ended()
 }
 
 // announce sends the started message (section 4.5) once the subject runs,
@@ -307,9 +310,7 @@ func (o *output) fill(r *protocol.Executed, resultToken string, empty bool) {
 // then apply the one lifecycle rule that end calls for.
 func (s *Server) run(ex *execution) (res protocol.Executed) {
 	began := time.Now()
-	res = protocol.Executed{Kind: "executed", ID: ex.reqID, Execution: ex.id,
-		Settlement: protocol.SettleNone, Survivors: []protocol.Survivor{},
-		Scope: protocol.ScopeInfo{Mechanism: s.cfg.Mechanism}, Termination: protocol.Exited}
+	res = s.executed(ex, "")
 	out := newOutput(ex.req, s.cfg.MaxStdoutBytes, s.cfg.MaxStderrBytes)
 	if out.carrier != nil && s.cfg.ArtifactsLayout == LayoutMaka {
 		out.carrier.CountText() // as Maka's relay counts the text Harbor's exec gives it
@@ -365,6 +366,15 @@ func (s *Server) run(ex *execution) (res protocol.Executed) {
 	return res
 }
 
+// executed is the reply every execution and every session's command
+// (session names it) starts from: it exited, nothing was settled, no
+// survivors. Whatever ends it changes only what that end says.
+func (s *Server) executed(ex *execution, session string) protocol.Executed {
+	return protocol.Executed{Kind: "executed", ID: ex.reqID, Execution: ex.id, Session: session,
+		Settlement: protocol.SettleNone, Survivors: []protocol.Survivor{},
+		Scope: protocol.ScopeInfo{Mechanism: s.cfg.Mechanism}, Termination: protocol.Exited}
+}
+
 // brokenShim makes the reply of an execution whose shim broke the wire's
 // rules (exec.Subject.Broken): the shim is killed and nothing it said
 // counts, so the reply is the framework's end, failed, with no output and
@@ -403,22 +413,9 @@ func (s *Server) start(ex *execution, out *output, res *protocol.Executed) (*exe
 	// execution is measurable, and a cwd that is missing makes the lookup or
 	// the start fail anyway.
 	dir := env.Cwd(s.cfg.Workspace, req.Cwd)
-	badDir := func() (int, string) {
-		return protocol.ExitNotExecutable, fmt.Sprintf("cwd %s is not a directory that exists", dir)
-	}
-	var cred *syscall.Credential
-	if ex.user != nil {
-		cred = ex.user.Cred
-	}
-	path, err := env.LookPath(req.Command, subjectEnv, dir, cred)
-	if err != nil {
-		if env.CheckDir(dir) != nil {
-			return failed(badDir())
-		}
-		if errors.Is(err, env.ErrNotFound) {
-			return failed(protocol.ExitNotFound, fmt.Sprintf("program %q not found", req.Command))
-		}
-		return failed(protocol.ExitNotExecutable, fmt.Sprintf("program %q is not executable", req.Command))
+	path, code, detail := lookUp(ex, subjectEnv, dir)
+	if code != 0 {
+		return failed(code, detail)
 	}
 	scope, err := s.cfg.NewScope(ex.id)
 	if err != nil {
@@ -429,8 +426,62 @@ func (s *Server) start(ex *execution, out *output, res *protocol.Executed) (*exe
 		scope.Close()
 		return failed(protocol.ExitScopeUnavailable, "the execution's limits could not be set: "+err.Error())
 	}
-	spec := exec.Spec{Path: path, Argv: append([]string{req.Command}, req.Args...), Env: subjectEnv, Dir: dir,
-		Stdin: ex.in != nil || ex.shell != nil, Rlimits: rlimits(req.Limits)}
+	spec := s.spec(ex, out, exec.Spec{Path: path, Argv: append([]string{req.Command}, req.Args...), Env: subjectEnv, Dir: dir,
+		Stdin: ex.in != nil || ex.shell != nil, Rlimits: rlimits(req.Limits)})
+	w := s.watchOOM(scope)
+	subj, err := exec.Start(s.cfg.Shims, scope, spec)
+	if err != nil {
+		closeAll(spec.StdoutCopy, spec.StderrCopy)
+		scope.Close()
+		if env.CheckDir(dir) != nil {
+			return failed(badDir(dir))
+		}
+		return failed(spawnFailure(err, req.Command))
+	}
+	if ex.in != nil {
+		ex.in.start(subj.Stdin)
+	}
+	if req.Pty != nil {
+		ex.setTerminal(subj)
+	}
+	if ex.shell != nil {
+		ex.shell.started(subj)
+	}
+	ex.log.Debug().Int("pid", subj.PID).Msg("execution started")
+	return subj, scope, w, true
+}
+
+// lookUp finds ex's program in the subject's environment and cwd (dir),
+// as the subject's user; code is not 0 when it cannot (protocol 4.2).
+func lookUp(ex *execution, subjectEnv []string, dir string) (path string, code int, detail string) {
+	var cred *syscall.Credential
+	if ex.user != nil {
+		cred = ex.user.Cred
+	}
+	path, err := env.LookPath(ex.req.Command, subjectEnv, dir, cred)
+	switch {
+	case err == nil:
+		return path, 0, ""
+	case env.CheckDir(dir) != nil:
+		code, detail = badDir(dir)
+	case errors.Is(err, env.ErrNotFound):
+		code, detail = protocol.ExitNotFound, fmt.Sprintf("program %q not found", ex.req.Command)
+	default:
+		code, detail = protocol.ExitNotExecutable, fmt.Sprintf("program %q is not executable", ex.req.Command)
+	}
+	return "", code, detail
+}
+
+// badDir is the exit code and detail of a cwd that is not a directory.
+func badDir(dir string) (int, string) {
+	return protocol.ExitNotExecutable, fmt.Sprintf("cwd %s is not a directory that exists", dir)
+}
+
+// spec completes the start of ex's subject: whom it runs as, where its
+// output goes (the capture, the artifacts, a session's routers), its
+// status channel and its terminal.
+func (s *Server) spec(ex *execution, out *output, spec exec.Spec) exec.Spec {
+	req := ex.req
 	if ex.user != nil {
 		spec.Credential = ex.user.Cred
 	}
@@ -452,27 +503,7 @@ func (s *Server) start(ex *execution, out *output, res *protocol.Executed) (*exe
 		closeAll(spec.StderrCopy)
 		spec.Stderr, spec.StderrCopy = nil, nil
 	}
-	w := s.watchOOM(scope)
-	subj, err := exec.Start(s.cfg.Shims, scope, spec)
-	if err != nil {
-		closeAll(spec.StdoutCopy, spec.StderrCopy)
-		scope.Close()
-		if env.CheckDir(dir) != nil {
-			return failed(badDir())
-		}
-		return failed(spawnFailure(err, req.Command))
-	}
-	if ex.in != nil {
-		ex.in.start(subj.Stdin)
-	}
-	if req.Pty != nil {
-		ex.setTerminal(subj)
-	}
-	if ex.shell != nil {
-		ex.shell.started(subj)
-	}
-	ex.log.Debug().Int("pid", subj.PID).Msg("execution started")
-	return subj, scope, w, true
+	return spec
 }
 
 // withTerm is vars with TERM set to the terminal's type for a subject on
@@ -526,14 +557,8 @@ func (s *Server) awaitEnd(ex *execution, subj *exec.Subject) (st exec.Status, ex
 	if ex.shell != nil {
 		return s.serveShell(ex, subj)
 	}
-	var deadline <-chan time.Time
-	if ex.req.TimeoutMs > 0 {
-		d := time.Duration(ex.req.TimeoutMs) * time.Millisecond
-		ex.deadline.Store(time.Now().Add(d).UnixNano())
-		t := time.NewTimer(d)
-		defer t.Stop()
-		deadline = t.C
-	}
+	deadline, stop := armDeadline(ex.req.TimeoutMs, &ex.deadline)
+	defer stop()
 	select {
 	case st = <-subj.Exited():
 		return st, true, ""
@@ -553,6 +578,20 @@ func (s *Server) awaitEnd(ex *execution, subj *exec.Subject) (st exec.Status, ex
 	}
 }
 
+// armDeadline starts the timer of a timeoutMs (none when 0) and records
+// when it fires in at, for status, unless at is nil; stop releases it.
+func armDeadline(timeoutMs int64, at *atomic.Int64) (deadline <-chan time.Time, stop func()) {
+	if timeoutMs <= 0 {
+		return nil, func() {}
+	}
+	d := time.Duration(timeoutMs) * time.Millisecond
+	if at != nil {
+		at.Store(time.Now().Add(d).UnixNano())
+	}
+	t := time.NewTimer(d)
+	return t.C, func() { t.Stop() }
+}
+
 // keepsRest reports whether a trial boundary kept processes of this
 // session's scope (shell.go): when its shell exits, the rest is left
 // alone, as an exited subject's.
@@ -570,10 +609,7 @@ func (s *Server) leaveAlone(ex *execution, subj *exec.Subject, scope exec.Scope,
 	out.fill(res, ex.req.ResultToken, false)
 	members, err := lookAfterExit(scope)
 	if err != nil || len(members) > 0 {
-		res.Survivors, res.SurvivorsOmitted = describe(members, subj.PID)
-		for i := range res.Survivors {
-			res.Survivors[i].Execution = ex.id
-		}
+		listSurvivors(ex, members, subj.PID, res)
 		scope.LeaveAlone()
 		ex.kept = scope
 		s.keepLeft(scope, ex.id)
@@ -583,6 +619,16 @@ func (s *Server) leaveAlone(ex *execution, subj *exec.Subject, scope exec.Scope,
 	}
 	if err != nil {
 		ex.log.Warn().Err(err).Msg("could not look for survivors")
+	}
+}
+
+// listSurvivors is the one place a reply lists what its execution (or
+// session's command) left running: members but the subject (or shell),
+// each named as ex's.
+func listSurvivors(ex *execution, members []exec.Member, subject int, res *protocol.Executed) {
+	res.Survivors, res.SurvivorsOmitted = describe(members, subject)
+	for i := range res.Survivors {
+		res.Survivors[i].Execution = ex.id
 	}
 }
 
@@ -611,15 +657,17 @@ func (s *Server) settleExited(ex *execution, subj *exec.Subject, scope exec.Scop
 	subj.CutStdout(cutLimit)
 	out.fill(res, ex.req.ResultToken, false)
 	ex.log.Info().Str("onExit", ex.req.OnExit).Msg("subject exited; settling its scope")
-	r := s.stopScope(ex.log, scope)
+	r := s.stopScope(ex.log, scope, 0)
 	res.Settlement = s.settlementOf(ex.log, r)
 	scope.Close()
 }
 
 // stopScope is teardown.Stop with relayd's budget: settle, else destroy.
-func (s *Server) stopScope(log zerolog.Logger, scope teardown.Scope) teardown.Result {
+// first, when not 0, opens the settlement instead of SIGTERM (SIGINT for
+// a session's command, as Ctrl-C would: protocol 4.7).
+func (s *Server) stopScope(log zerolog.Logger, scope teardown.Scope, first syscall.Signal) teardown.Result {
 	return teardown.Stop(s.destroyCtx, scope, teardown.Budget{Grace: s.cfg.TermGrace, Timeout: s.cfg.TeardownTimeout,
-		Destroy: s.cfg.Destroy, Destroying: func(o teardown.Outcome) {
+		Destroy: s.cfg.Destroy, First: first, Destroying: func(o teardown.Outcome) {
 			ev := log.Error().Int("remaining", len(o.Remaining)).Dur("elapsed", o.Elapsed)
 			if o.Err != nil {
 				ev = ev.AnErr("lastError", o.Err)
@@ -664,7 +712,7 @@ func (s *Server) settle(ex *execution, subj *exec.Subject, scope exec.Scope, rea
 	ex.log.Info().Str("reason", reason).Msg("settling scope")
 	res.Termination = protocol.FrameworkTimeout
 	res.ExitCode = protocol.ExitFramework
-	r := s.stopScope(ex.log, scope)
+	r := s.stopScope(ex.log, scope, 0)
 	select {
 	case st := <-subj.Exited():
 		ended = st.At

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -14,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -23,7 +21,6 @@ import (
 	"github.com/relayd/relayd/internal/env"
 	"github.com/relayd/relayd/internal/exec"
 	"github.com/relayd/relayd/internal/protocol"
-	"github.com/relayd/relayd/internal/teardown"
 )
 
 // Shell sessions (protocol 4.7). A session is an execution whose subject
@@ -82,7 +79,7 @@ type shell struct {
 	// shell that were neither such a line's own nor an ignored signal's
 	// trap line: a bash guard's listing of a trap, or anything else. The
 	// guard is clean when none came between the line's start and its "c"
-	// (runCommand).
+	// (cmdRun.guard).
 	expect atomic.Pointer[[4]string]
 	dirty  atomic.Int64
 }
@@ -475,280 +472,6 @@ func (s *Server) serveShell(ex *execution, subj *exec.Subject) (exec.Status, boo
 	}
 }
 
-// runCommand runs one command in the shell and makes its reply. exited
-// says the shell exited (st), why that the session must end.
-func (s *Server) runCommand(sh *shell, subj *exec.Subject, c *command) (res protocol.Executed, st exec.Status, exited bool, why string) {
-	req := c.ex.req
-	began := time.Now()
-	res = protocol.Executed{Kind: "executed", Execution: c.ex.id, Session: sh.name, Settlement: protocol.SettleNone,
-		Survivors: []protocol.Survivor{}, Scope: protocol.ScopeInfo{Mechanism: s.cfg.Mechanism}, Termination: protocol.Exited}
-	use := lookShellUse(subj.PID, subj)
-	defer func() {
-		res.DurationMs = time.Since(began).Milliseconds()
-		res.Usage = commandUsage(use, lookShellUse(subj.PID, subj), exited)
-		c.ex.log.Info().Str("termination", res.Termination).Int("exitCode", res.ExitCode).
-			Str("settlement", res.Settlement).Bool("sessionEnded", res.SessionEnded).Int64("durationMs", res.DurationMs).Msg("command ended")
-	}()
-	scope := subj.Scope
-	shellM := exec.Member{PID: subj.PID, Start: subj.Start}
-	// What is in the scope when the command begins: the last command's
-	// closing look, when it had one (nothing runs in between but what
-	// was there, whose children are not the command's), else a look now.
-	before, fresh := sh.last, sh.lastOK
-	sh.last, sh.lastOK = nil, false
-	if !fresh {
-		var err error
-		if before, err = lookAfterExit(scope); err != nil {
-			before = nil // every process but the shell then counts as the command's
-		}
-	}
-	nonce, end := newNonce(), newNonce()
-	out := newOutput(req, s.cfg.MaxStdoutBytes, s.cfg.MaxStderrBytes)
-	stdout, stderr := out.writers(c.ex.stream)
-	var fifo *stdinFifo
-	if c.ex.in != nil && sh.screen == nil {
-		s.swept.Do(sweepFifos)
-		var err error
-		if fifo, err = newStdinFifo(sh.ex.user); err != nil {
-			c.ex.in.stop()
-			res.Termination, res.ExitCode = protocol.FrameworkTimeout, protocol.ExitFramework
-			res.Detail = "the command's stdin could not be made: " + err.Error()
-			out.fill(&res, "", true)
-			return res, st, false, ""
-		}
-		defer fifo.remove()
-	}
-	defer c.ex.in.stop() // what is not written when the command ends is dropped
-	c.ex.announce()
-	if sh.screen == nil {
-		sh.stdout.to(stdout)
-	} // else from the shell's "b" on: before it, the terminal echoes the typed line
-	sh.stderr.to(stderr)
-	defer func() {
-		sh.stdout.to(nil)
-		sh.stderr.to(nil)
-	}()
-	finish := func() {
-		subj.Flush(cutLimit)
-		sh.stdout.to(nil)
-		sh.stderr.to(nil)
-		out.fill(&res, "", false)
-		if dir, err := os.Readlink("/proc/" + strconv.Itoa(subj.PID) + "/cwd"); err == nil {
-			res.Cwd = dir
-		}
-	}
-	ended := func(st exec.Status) {
-		res.ExitCode = st.ExitCode()
-		if !st.Exited {
-			res.Signal = unix.SignalName(st.Signal)
-		}
-		res.SessionEnded = true
-		finish()
-		res.Cwd = ""
-	}
-	if sh.screen != nil && sh.kind == protocol.ShellBash {
-		// dash has no line editor: it reads its terminal in canonical
-		// mode, so there is nothing to wait for.
-		typeable(subj.Stdin, cutLimit)
-	}
-	in := ""
-	if fifo != nil {
-		in = fifo.path()
-	}
-	expect := [4]string{nonce, end}
-	if prev := sh.expect.Load(); prev != nil {
-		expect[2], expect[3] = prev[0], prev[1]
-	}
-	sh.expect.Store(&expect)
-	dirty := sh.dirty.Load() // what came before the line is not its guard's listing
-	_ = subj.Stdin.SetWriteDeadline(time.Now().Add(s.cfg.TeardownTimeout))
-	if _, err := io.WriteString(subj.Stdin, sh.line(req, nonce, end, in)); err != nil {
-		// The shell does not read: the session cannot go on.
-		res.Termination, res.ExitCode, res.SessionEnded = protocol.FrameworkTimeout, protocol.ExitFramework, true
-		res.Detail = "the shell did not take the command: " + err.Error()
-		finish()
-		return res, st, false, "the shell did not take a command"
-	}
-	opened := false                        // the shell said it opened the FIFO
-	clean := sh.kind != protocol.ShellBash // bash's guard said "c" (sh has none: see line)
-	var deadline <-chan time.Time
-	if req.TimeoutMs > 0 {
-		t := time.NewTimer(time.Duration(req.TimeoutMs) * time.Millisecond)
-		defer t.Stop()
-		deadline = t.C
-	}
-	// begin is a pty command's "b": what the terminal shows from now on
-	// is the command's, and its stdin is typed.
-	begin := func() {
-		subj.Flush(cutLimit)
-		sh.stdout.to(stdout)
-		if c.ex.in != nil {
-			// stdin is keystrokes, typed from now on: readline gave
-			// the terminal up when it returned the line (typed
-			// before, they would be its, for the next prompt).
-			c.ex.in.start(&keys{tty: subj.Stdin, timeout: s.cfg.WriteTimeout})
-		}
-	}
-	var reason string
-	for reason == "" {
-		select {
-		case m := <-sh.msgs:
-			if m.nonce == end && m.ended {
-				// The line ended and no status came.
-				subshellGone(m.from, time.Now().Add(cutLimit))
-				res.Untrusted = noStatus
-				if !clean {
-					res.Untrusted = untrusted
-				}
-				finish()
-				sh.last, sh.lastOK = s.commandSurvivors(c, scope, before, shellM, &res)
-				return res, st, false, ""
-			}
-			if m.nonce != nonce || m.ended {
-				continue
-			}
-			if m.opened {
-				// The shell holds the FIFO open for the script: what is
-				// written, and the end of file, reach it.
-				if fifo != nil && !opened {
-					c.ex.in.start(fifo.f)
-				}
-				opened = true
-				continue
-			}
-			if m.begins {
-				begin()
-				_, _ = sh.status.Write([]byte("\n")) // the shell waits for it to run the script
-				continue
-			}
-			if m.keys {
-				subj.Flush(cutLimit)
-				sh.stdout.to(nil)
-				sh.dropKeys(c.ex, subj)
-				continue
-			}
-			if m.clean {
-				// The guard's listing came before its "c" (in order, from
-				// one sender): the script runs only on relayd's "0".
-				clean = sh.dirty.Load() == dirty
-				word := "1" // one byte: read -n 1 takes the message whole
-				if clean {
-					word = "0"
-					if sh.screen != nil {
-						begin() // bash on a pty: the guard is where the script begins (line)
-					}
-				}
-				_, _ = sh.status.Write([]byte(word))
-				continue
-			}
-			res.ExitCode = m.code
-			if !clean {
-				res.Untrusted = untrusted
-			}
-			// The line's end: the subshells that said the status are gone
-			// (no survivors of the command), and on a pty the shell is
-			// back at its prompt, the terminal its own again.
-			sh.awaitEnd(end)
-			finish()
-			sh.last, sh.lastOK = s.commandSurvivors(c, scope, before, shellM, &res)
-			return res, st, false, ""
-		case st = <-subj.Exited():
-			ended(st)
-			return res, st, true, ""
-		case <-subj.Lost():
-			reason, why = "shim lost", "shim lost"
-		case <-deadline:
-			reason = "timeoutMs"
-		case reason = <-c.ex.stopCh:
-		case why = <-sh.ex.stopCh:
-			reason = why
-		case <-s.stopping:
-			reason, why = "shutdown", "shutdown"
-		}
-	}
-	// The framework's end of the command: Ctrl-C to its processes, then
-	// they are settled; the shell and what earlier commands left live on.
-	// Its stdin ends first: a builtin that reads it (read) returns. A
-	// FIFO the shell did not open yet is unlinked, so that it opens
-	// nothing (or what it resolved already, while relayd still holds it
-	// open), and closed once the shell says it opened it.
-	c.ex.log.Info().Str("reason", reason).Msg("interrupting the command")
-	c.ex.in.stop()
-	if fifo != nil && opened {
-		fifo.close()
-	} else if fifo != nil {
-		fifo.unlink()
-	}
-	part := newCommandPart(scope, before, shellM)
-	r := teardown.Stop(s.destroyCtx, part, teardown.Budget{Grace: s.cfg.TermGrace, Timeout: s.cfg.TeardownTimeout,
-		Destroy: s.cfg.Destroy, First: syscall.SIGINT})
-	part.Close()
-	res.Termination, res.ExitCode = protocol.FrameworkTimeout, protocol.ExitFramework
-	res.Settlement = s.settlementOf(c.ex.log, r)
-	// The shell comes back to its prompt: the status of what was
-	// interrupted is waited for (and dropped), so that the next command
-	// starts clean. A shell that does not come back (a loop of builtins)
-	// ends the session.
-	wait := time.NewTimer(cutLimit)
-	defer wait.Stop()
-	probe := ""
-	for {
-		select {
-		case m := <-sh.msgs:
-			if (m.nonce == end || m.nonce == probe) && m.ended {
-				finish() // the shell is back: its line ended
-				return res, st, false, why
-			}
-			if m.nonce == nonce && m.clean {
-				_, _ = sh.status.Write([]byte("1")) // the guard waits: the script is not run
-				continue
-			}
-			if m.nonce != nonce || m.ended {
-				continue
-			}
-			if m.opened {
-				if fifo != nil {
-					fifo.close()
-				}
-				continue
-			}
-			if m.begins {
-				_, _ = sh.status.Write([]byte("\n"))
-				continue
-			}
-			if m.keys {
-				subj.Flush(cutLimit)
-				sh.stdout.to(nil)
-				sh.dropKeys(c.ex, subj)
-				continue
-			}
-			finish()
-			return res, st, false, why
-		case st = <-subj.Exited():
-			res.SessionEnded = true
-			finish()
-			res.Cwd = ""
-			return res, st, true, ""
-		case <-wait.C:
-			if probe == "" && sh.screen == nil {
-				// The settlement may have ended the subshells that say
-				// the line's status and end (they started after the
-				// command began): ask the shell whether it reads again.
-				probe = newNonce()
-				_ = subj.Stdin.SetWriteDeadline(time.Now().Add(s.cfg.TeardownTimeout))
-				if _, err := io.WriteString(subj.Stdin, sh.endLine(probe)); err == nil {
-					wait.Reset(cutLimit)
-					continue
-				}
-			}
-			res.SessionEnded = true
-			res.Detail = "the shell itself did not come back from the interrupted command; the session is closed"
-			finish()
-			return res, st, false, "the shell did not come back from an interrupted command"
-		}
-	}
-}
-
 // untrusted is the error of a bash session's command whose guard did not
 // pass (line): the status that came is not taken.
 const untrusted = "execute: this session's shell holds something an earlier command left that could fake a command's status " +
@@ -792,24 +515,6 @@ func subshellGone(pid int, deadline time.Time) {
 const noStatus = "execute: the command's line ended without its status: the command left the shell in a state (functrace, errtrace, xtrace, " +
 	"a readonly POSIXLY_CORRECT) in which its status cannot be said; undo it in the session"
 
-// commandSurvivors lists the processes the command started that still run.
-// It returns the look it made (all members), and whether it was complete.
-func (s *Server) commandSurvivors(c *command, scope exec.Scope, before []exec.Member, shellM exec.Member, res *protocol.Executed) ([]exec.Member, bool) {
-	part := newCommandPart(scope, before, shellM)
-	defer part.Close()
-	all, err := scope.Members()
-	if err != nil {
-		c.ex.log.Warn().Err(err).Msg("could not look for the command's survivors")
-		return nil, false
-	}
-	members := part.Sort(all)
-	res.Survivors, res.SurvivorsOmitted = describe(members, shellM.PID)
-	for i := range res.Survivors {
-		res.Survivors[i].Execution = c.ex.id
-	}
-	return all, true
-}
-
 // newCommandPart is the part of a session's scope that is one command's:
 // every member but the shell and what was there when the command began
 // (before), and but the descendants of those (the shell's excepted), by
@@ -843,7 +548,7 @@ func newCommandPart(scope exec.Scope, before []exec.Member, shellM exec.Member) 
 //     one-byte verdict: "0" when nothing but the running command's own
 //     messages and ignored signals' lines came before (readStatus), and
 //     it exits with it. The script runs only on "0"; a status without
-//     "c" is no status (runCommand).
+//     "c" is no status (cmdRun.onMessage).
 //   - the status, "<nonce> <status>", and then the line's end, "<end> e",
 //     come from one subshell forked right after the script, which has its
 //     $? and runs no name an earlier command can define: in POSIX mode it
@@ -1052,50 +757,6 @@ func newNonce() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-// startCommand runs a session's command: its goroutine hands it to the
-// shell's loop and sends the reply on ex.done, as an execution's does.
-func (s *Server) startCommand(cn *conn, sh *shell, req *protocol.Execute, reqID json.RawMessage, log zerolog.Logger) *execution {
-	ex := &execution{id: s.newExecutionID(), reqID: reqID, req: req, stopCh: make(chan string, 1),
-		done: make(chan protocol.Executed, 1), finished: make(chan struct{}), owner: cn, ownerID: reqID, began: time.Now()}
-	ex.log = log.With().Str("execution", ex.id).Str("session", sh.name).Logger()
-	if req.Stdin || req.HasInput && sh.screen == nil {
-		ex.in = newStdinFeed(s.cfg.MaxStdinBuffer)
-		if req.HasInput {
-			ex.in.push(req.Input, !req.Stdin)
-		}
-	}
-	if req.Stream {
-		ex.stream = newStreamer(ex)
-		if sh.screen != nil {
-			ex.stream.names[0], ex.stream.eager = "pty", true // as a pty execution's (stream.go)
-		}
-	}
-	s.track(ex)
-	go func() {
-		c := &command{ex: ex, reply: make(chan protocol.Executed, 1)}
-		var res protocol.Executed
-		select {
-		case sh.cmds <- c:
-			res = <-c.reply
-		case <-sh.ex.finished:
-			res = protocol.Executed{Kind: "executed", Execution: ex.id, Session: sh.name, Termination: protocol.FrameworkTimeout,
-				ExitCode: protocol.ExitFramework, Settlement: protocol.SettleNone, Survivors: []protocol.Survivor{},
-				Scope: protocol.ScopeInfo{Mechanism: s.cfg.Mechanism}, Diagnostic: protocol.NoneDiagnostic(), SessionEnded: true,
-				Detail: "the session ended before the command ran"}
-		}
-		ex.in.stop()
-		if ex.stream != nil {
-			ex.stream.close() // every output message goes before the reply
-		}
-		sh.busy.Store(false)
-		ex.done <- res
-		s.untrack(ex)
-		close(ex.finished)
-		s.ended()
-	}()
-	return ex
 }
 
 // sessionStatus lists the open sessions for status, in name order.

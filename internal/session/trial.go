@@ -264,7 +264,7 @@ func (cn *conn) settleSurvivors(keep []protocol.Kept) []int {
 			if !out.Keeps() {
 				target = l.scope
 			}
-			r := s.stopScope(log, target)
+			r := s.stopScope(log, target, 0)
 			word := s.settlementOf(log, r)
 			pids := out.Settled()
 			log.Info().Str("settlement", word).Ints("pids", pids).Bool("kept", out.Keeps()).Msg("trial boundary: survivors settled")
