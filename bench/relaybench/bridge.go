@@ -31,9 +31,9 @@ var bridgeNames = []string{"bridge put: relayd PutFile, sha256", "bridge put: re
 // bridge is the transfer section's body rows through relayd bridge alone
 // (--only bridge), each --bridge-rounds times in turns (medians), with the
 // CPU seconds per GiB that each process on the path spent: relayd (PID 1
-// in the container), the bridge, the docker CLI, dockerd, containerd, the
-// container's shim with the exec'd processes it reaped (cat), and this
-// process (the client). With --bridge-perf DIR, one more round, untimed,
+// in the container), the bridge, the docker CLI, dockerd, containerd,
+// fuse-overlayfs, the container's shim with the exec'd processes it
+// reaped (cat), and this process (the client). With --bridge-perf DIR, one more round, untimed,
 // is recorded row by row with `perf record -a -g` into DIR.
 func (b *bench) bridge() {
 	sec := b.report.section("bridge", "Bridge: file bodies through relayd bridge vs docker exec -i cat, in turns")
@@ -129,7 +129,7 @@ func (b *bench) bridge() {
 	getCheck := func() error { return t.checkLocal(out) }
 	checks := []func() error{putCheck, putCheck, putCheck, getCheck, getCheck, getCheck}
 	sec.note("a %s file of pseudo-random bytes from the host's disk into the container's /tmp and back (the gets read one put beforehand, untimed), through client.DialCommand of `docker exec -i %s relayd bridge`, against `docker exec -i C sh -c 'cat > F'` and `docker exec C cat F` of the same bytes; %d rounds in turns, medians; sha256 checked after each", mib(n), env.name, rounds)
-	sec.note("CPU s/GiB by process, user+system from /proc/PID/stat over each transfer: relayd (PID 1), the bridge (relayd bridge), the docker CLI (the connection's and, for cat, the one started: this process's reaped children), dockerd, containerd, the shim (with what it reaped: the exec'd cat), this process (the client); the machine's (all processes, /proc/stat) beside")
+	sec.note("CPU s/GiB by process, user+system from /proc/PID/stat over each transfer: relayd (PID 1), the bridge (relayd bridge), the docker CLI (the connection's and, for cat, the one started: this process's reaped children), dockerd, containerd, fuse-overlayfs (when the storage driver is), the shim (with what it reaped: the exec'd cat), this process (the client); the machine's (all processes, /proc/stat) beside")
 	gib := float64(n) / (1 << 30)
 	rates := make([][]float64, len(ops))
 	cpu := make([]map[string][]float64, len(ops))
@@ -203,16 +203,21 @@ func median(xs []float64) float64 {
 }
 
 // cpuLabels are the processes of bridgeProcs.sample, in order.
-var cpuLabels = []string{"relayd", "bridge", "docker CLI", "dockerd", "containerd", "shim+cat", "client", "all"}
+var cpuLabels = []string{"relayd", "bridge", "docker CLI", "dockerd", "containerd", "fuse-overlayfs", "shim+cat", "client", "all"}
+
+// bridgeDaemons are the processes on the path found by name: docker's
+// daemons and, where the storage driver is fuse-overlayfs, the process
+// that writes the container's layer.
+var bridgeDaemons = []string{"dockerd", "containerd", "fuse-overlayfs"}
 
 // bridgeProcs are the host pids on the bridge's path.
 type bridgeProcs struct {
 	relayd, shim int
-	daemons      map[string][]int // dockerd, containerd
+	daemons      map[string][]int // by name: bridgeDaemons
 }
 
 // bridgePids finds relayd's host pid (docker inspect), its parent (the
-// container's shim) and dockerd and containerd by name.
+// container's shim) and bridgeDaemons by name.
 func bridgePids(container string) (*bridgeProcs, error) {
 	out, err := dockerCLI(10*time.Second, "inspect", "-f", "{{.State.Pid}}", container)
 	if err != nil {
@@ -231,7 +236,7 @@ func bridgePids(container string) (*bridgeProcs, error) {
 		if err != nil {
 			continue
 		}
-		if st, err := procStat(pid); err == nil && (st.comm == "dockerd" || st.comm == "containerd") {
+		if st, err := procStat(pid); err == nil && slices.Contains(bridgeDaemons, st.comm) {
 			p.daemons[st.comm] = append(p.daemons[st.comm], pid)
 		}
 	}
@@ -255,7 +260,7 @@ func (p *bridgeProcs) sample() map[string]float64 {
 	}
 	m["relayd"] = tick(p.relayd, false)
 	m["shim+cat"] = tick(p.shim, true)
-	for _, k := range []string{"dockerd", "containerd"} {
+	for _, k := range bridgeDaemons {
 		for _, pid := range p.daemons[k] {
 			m[k] += tick(pid, false)
 		}
