@@ -37,6 +37,8 @@
 //   - compare.go: compare, an older relayd (--before) in turns with this one.
 //   - fleet.go: fleet, many dial-out relayds against one controller.
 //   - transfer.go: transfer and loopback, bulk bytes through the bridge.
+//   - bridge.go: bridge, the transfer section's bodies through the bridge
+//     in rounds, with each process's CPU per GiB.
 //   - marks.go: marks, protocol 4.9's marks, changes and restores.
 //   - relayd.go: the relayds a section starts (through testharness);
 //     report.go: the figures, the table and the JSON.
@@ -59,22 +61,24 @@ import (
 
 // sectionNames are the parts of the run, in the order they run; --only
 // picks some of them.
-var sectionNames = []string{"roundtrip", "ssh", "throughput", "settle", "output", "footprint", "docker", "compare", "fleet", "loopback", "transfer", "marks"}
+var sectionNames = []string{"roundtrip", "ssh", "throughput", "settle", "output", "footprint", "docker", "compare", "fleet", "loopback", "transfer", "bridge", "marks"}
 
 // optIn are the sections only --only runs: fleet starts thousands of
 // relayds, transfer moves gigabytes through a container (and on
 // loopback), loopback only on loopback.
-var optIn = []string{"fleet", "loopback", "transfer"}
+var optIn = []string{"fleet", "loopback", "transfer", "bridge"}
 
 // config is the parsed command line.
 type config struct {
-	relayd     string          // absolute path of the relayd binary
-	out        string          // where the JSON goes
-	quick      bool            // fewer repetitions: a smoke run
-	only       map[string]bool // sections to run
-	installSSH bool            // apt-get install OpenSSH when sshd is missing and we are root (opt-in)
-	table      string          // print the table of this results file and exit
-	before     string          // an older relayd binary for the before/after section; "" for none
+	relayd       string          // absolute path of the relayd binary
+	out          string          // where the JSON goes
+	quick        bool            // fewer repetitions: a smoke run
+	only         map[string]bool // sections to run
+	installSSH   bool            // apt-get install OpenSSH when sshd is missing and we are root (opt-in)
+	table        string          // print the table of this results file and exit
+	before       string          // an older relayd binary for the before/after section; "" for none
+	bridgeRounds int             // rounds of the bridge section
+	bridgePerf   string          // where the bridge section's perf records go; "" for none
 }
 
 func main() {
@@ -150,6 +154,9 @@ func run(args []string) error {
 	if cfg.only["transfer"] {
 		b.transfer()
 	}
+	if cfg.only["bridge"] {
+		b.bridge()
+	}
 	if cfg.only["marks"] {
 		b.marks()
 	}
@@ -171,6 +178,8 @@ func parseFlags(args []string) (config, error) {
 	only := fs.StringSlice("only", nil, "run only these sections (comma-separated): "+strings.Join(sectionNames, ", ")+"; "+strings.Join(optIn, ", ")+" runs only when named")
 	installSSH := fs.Bool("install-ssh", false, "when sshd is missing and we are root, install OpenSSH with apt-get (make bench BENCH_INSTALL_SSH=1 sets it); without it the ssh comparison is skipped")
 	before := fs.String("before", "", "an older relayd binary: adds a section measuring it and --relayd in turns (round trip, settling 1,000 members, output)")
+	bridgeRounds := fs.Int("bridge-rounds", bridgeRounds, "rounds of the bridge section, in turns")
+	bridgePerf := fs.String("bridge-perf", "", "a directory: the bridge section then records one more round, row by row, with perf record -a -g")
 	table := fs.String("table", "", "print the table of an earlier run's results file (e.g. bench/results.json) and exit; measures nothing")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: relaybench [flags]\n\nMeasures relayd against baselines run beside it; prints a table and writes JSON.\n\n%s", fs.FlagUsages())
@@ -181,7 +190,8 @@ func parseFlags(args []string) (config, error) {
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected argument %q: relaybench takes only flags", fs.Arg(0))
 	}
-	cfg := config{out: *out, quick: *quick, installSSH: *installSSH, table: *table, only: map[string]bool{}}
+	cfg := config{out: *out, quick: *quick, installSSH: *installSSH, table: *table, only: map[string]bool{},
+		bridgeRounds: max(*bridgeRounds, 1), bridgePerf: *bridgePerf}
 	if cfg.table != "" {
 		return cfg, nil
 	}

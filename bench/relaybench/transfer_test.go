@@ -47,3 +47,28 @@ func TestTransferSkippedWithoutDocker(t *testing.T) {
 		}
 	}
 }
+
+// bridge is opt-in too; without the docker CLI its rows are skipped
+// with the reason.
+func TestBridgeSkippedWithoutDocker(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "relayd")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := parseFlags([]string{"--relayd", bin})
+	if err != nil || cfg.only["bridge"] {
+		t.Fatalf("default run: bridge selected %v, err %v; want false", cfg.only["bridge"], err)
+	}
+	t.Setenv("PATH", t.TempDir())
+	b := &bench{report: &report{}, cfg: config{bridgeRounds: 1}}
+	b.bridge()
+	sec := b.report.Sections[0]
+	if sec.Name != "bridge" || len(sec.Figures) != len(bridgeNames) {
+		t.Fatalf("got section %q with %d figures; want bridge with %d skipped", sec.Name, len(sec.Figures), len(bridgeNames))
+	}
+	for _, f := range sec.Figures {
+		if f.Skipped != "docker CLI not installed" {
+			t.Errorf("%s: skipped %q; want %q", f.Name, f.Skipped, "docker CLI not installed")
+		}
+	}
+}
