@@ -45,7 +45,8 @@
 // the shim's fork, are usage_linux.go.
 //
 // fault_on.go and fault_off.go are test seams that only a binary built
-// with the relayd_faults tag can reach.
+// with the relayd_faults tag can reach; race_on.go passes GORACE to the
+// shims of a binary built with the race detector (race_off.go: no other).
 //
 // It never invokes a shell: a command is a program and its arguments (the
 // operator's --destroy-command, run with /bin/sh -c by cmd/relayd, is the
