@@ -462,6 +462,22 @@ func eachScope(t *testing.T, test func(t *testing.T, mech string)) {
 	}
 }
 
+// eachScopeParallel is eachScope with the mechanisms' runs at once
+// (t.Parallel), for a test whose time is mostly waiting: each run has a
+// relayd, a directory and markers of its own, and signals only the pids
+// it started.
+func eachScopeParallel(t *testing.T, test func(t *testing.T, mech string)) {
+	for _, mech := range []string{"process-group", "cgroup"} {
+		t.Run(mech, func(t *testing.T) {
+			if mech == "cgroup" && cgroupSkip != "" {
+				t.Skip(cgroupSkip)
+			}
+			t.Parallel()
+			test(t, mech)
+		})
+	}
+}
+
 // noKillVariant runs a settling test once more with the cgroup mechanism
 // acting as on a kernel without cgroup.kill (freeze, kill each, thaw): a
 // seam only the relayd_faults build has.

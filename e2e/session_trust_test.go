@@ -62,7 +62,7 @@ func wantNoForgedStatus(t *testing.T, cl *client, name, attack string) {
 }
 
 func TestSessionStatusHijack(t *testing.T) {
-	eachScope(t, func(t *testing.T, mech string) {
+	eachScopeParallel(t, func(t *testing.T, mech string) {
 		d := startRelayd(t, opts{scope: mech})
 		cl := d.connect()
 		for _, shell := range []string{"bash", "sh"} {
