@@ -56,10 +56,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	// A binary built with the race detector sleeps a second before it
-	// exits (atexit_sleep_ms), only so that its other threads may still
-	// run into a race: relayd, each of its shims (race_on.go passes GORACE
-	// on) and each relayd bridge, a second or two every time a test stops
-	// one. A race found before the exit still makes it exit 66.
+	// exits 0 (atexit_sleep_ms), only so that its other threads may still
+	// run into a race: relayd and each relayd bridge, a second every time
+	// a test stops one (a race build's shims skip it: internal/exec's
+	// race_on.go). A race found before the exit still makes it exit 66.
 	if raceOK() {
 		os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	}

@@ -78,8 +78,8 @@ func shutdownVerifyRuns(t *testing.T, rounds int, early bool) {
 // reply, the connection's close and relayd's exit status 0. It uses the
 // harness directly, not the test's helpers, so that rounds can run at once.
 func shutdownThenVerify(mech string, early bool) error {
-	// CleanEnv holds the GORACE TestMain set: no second's sleep at each
-	// exit, relayd's and each shim's.
+	// CleanEnv holds the GORACE TestMain set: no second's sleep at
+	// relayd's exit.
 	r, err := testharness.Start(testharness.Options{Bin: relaydBin, Env: testharness.CleanEnv(), LogKeep: 1 << 16,
 		Args: []string{"--scope", mech, "--socket", "", "--term-grace", "500ms", "--teardown-timeout", "5s"}})
 	if err != nil {

@@ -265,7 +265,7 @@ func (p *Shims) spawn() (*shim, error) {
 		return nil, fmt.Errorf("exec: shim: %w", err)
 	}
 	attr := &syscall.ProcAttr{
-		Env: append(faultEnv(), raceEnv()...),
+		Env: faultEnv(),
 		// Not relayd's stderr: a shim outlives relayd while it settles,
 		// and would hold relayd's log pipe open after relayd's death.
 		Files: []uintptr{devnull.r, devnull.w, devnull.w, uintptr(pair[1])},
