@@ -66,8 +66,10 @@ RACE      := $(shell command -v gcc >/dev/null 2>&1 && echo -race)
 FUZZTIME  ?= 150000x
 
 ## test: every Go test, with the race detector where gcc is installed, then the Python client's tests
-# -timeout: e2e takes about 20 minutes under the race detector on two
-# cores; 45 leaves room for a loaded machine and still ends a hang.
+# -timeout: e2e takes about 24 minutes under the race detector on two
+# cores other work shares (37 while every exit of relayd and of its
+# shims slept a second); 45 leaves room for a loaded machine and still
+# ends a hang.
 test:
 	$(GO) test $(RACE) -count=1 -timeout 45m ./...
 	$(MAKE) --no-print-directory pytest

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -90,10 +91,20 @@ func (s *wire) pingPong(after string) {
 func source(n int64, seed uint64) (io.Reader, string) {
 	block := make([]byte, 1<<20+7)
 	_, _ = rand.NewChaCha8([32]byte{byte(seed), 46}).Read(block)
+	key := [2]uint64{uint64(n), seed}
+	if sum, ok := sourceSums.Load(key); ok {
+		return &repeat{block: block, left: n}, sum.(string)
+	}
 	h := sha256.New()
 	_, _ = io.Copy(h, &repeat{block: block, left: n})
-	return &repeat{block: block, left: n}, hex.EncodeToString(h.Sum(nil))
+	sum := hex.EncodeToString(h.Sum(nil))
+	sourceSums.Store(key, sum)
+	return &repeat{block: block, left: n}, sum
 }
+
+// sourceSums holds the sha256 of each source already made (its size and
+// seed): a GiB's is computed once, not once per digest.
+var sourceSums sync.Map
 
 // repeat yields left bytes of block over and over.
 type repeat struct {

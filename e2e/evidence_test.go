@@ -166,7 +166,7 @@ var hidingTricks = []struct {
 // "settled", nor verify "quiescent", while a member lives. Each trick runs
 // RELAYD_EVIDENCE_RUNS times (3 by default) per mechanism, and the test logs
 // how many settlements were settled, destroyed and failed.
-func TestHidingTricks(t *testing.T) { eachScope(t, testHidingTricks) }
+func TestHidingTricks(t *testing.T) { eachScopeParallel(t, testHidingTricks) }
 
 func testHidingTricks(t *testing.T, mech string) {
 	for _, trick := range hidingTricks {

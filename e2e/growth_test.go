@@ -114,7 +114,7 @@ func killAll(t *testing.T, pids []int) {
 // them cost 58% of a core in process-group mode before the back-off; the
 // measurement is in the commit that added it), and one verify, which looks
 // at all of them, costs under half a second of CPU.
-func TestKeptScopesIdleCost(t *testing.T) { eachScope(t, keptScopesIdleCost) }
+func TestKeptScopesIdleCost(t *testing.T) { eachScopeParallel(t, keptScopesIdleCost) }
 
 func keptScopesIdleCost(t *testing.T, mech string) {
 	const kept = 200

@@ -55,6 +55,14 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// A binary built with the race detector sleeps a second before it
+	// exits 0 (atexit_sleep_ms), only so that its other threads may still
+	// run into a race: relayd and each relayd bridge, a second every time
+	// a test stops one (a race build's shims skip it: internal/exec's
+	// race_on.go). A race found before the exit still makes it exit 66.
+	if raceOK() {
+		os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	}
 	cgroupSkip = probeCgroup()
 	code := m.Run()
 	for _, f := range afterAll {
@@ -449,6 +457,22 @@ func eachScope(t *testing.T, test func(t *testing.T, mech string)) {
 			if mech == "cgroup" && cgroupSkip != "" {
 				t.Skip(cgroupSkip)
 			}
+			test(t, mech)
+		})
+	}
+}
+
+// eachScopeParallel is eachScope with the mechanisms' runs at once
+// (t.Parallel), for a test whose time is mostly waiting: each run has a
+// relayd, a directory and markers of its own, and signals only the pids
+// it started.
+func eachScopeParallel(t *testing.T, test func(t *testing.T, mech string)) {
+	for _, mech := range []string{"process-group", "cgroup"} {
+		t.Run(mech, func(t *testing.T) {
+			if mech == "cgroup" && cgroupSkip != "" {
+				t.Skip(cgroupSkip)
+			}
+			t.Parallel()
 			test(t, mech)
 		})
 	}

@@ -60,7 +60,7 @@ wait
 // 6.1 protects: A's settlement must still be settled (not destroyed by a
 // wait on B's service), the service must live on, and relayd exits 0.
 func TestIsolationConcurrentDaemons(t *testing.T) {
-	eachScope(t, func(t *testing.T, mech string) {
+	eachScopeParallel(t, func(t *testing.T, mech string) {
 		t.Run("neighbour running", func(t *testing.T) { concurrentDaemons(t, mech, false) })
 		t.Run("neighbour exited", func(t *testing.T) { concurrentDaemons(t, mech, true) })
 	})
@@ -214,7 +214,7 @@ while True:
 // nothing of the subject is alive after it (destroyed and failed are
 // honest answers, counted).
 func TestIsolationSubreaperHide(t *testing.T) {
-	eachScope(t, func(t *testing.T, mech string) {
+	eachScopeParallel(t, func(t *testing.T, mech string) {
 		py := python3(t)
 		d := startRelayd(t, opts{scope: mech, args: []string{"--term-grace", "3s", "--teardown-timeout", "6s"}})
 		hide := writeScript(t, d, "hide.py", hidePy)
@@ -489,12 +489,12 @@ while :; do sleep 0.2; done
 // millisecond included, and no successor is started: one term-grace (plus
 // 3 s) after the kill nothing of the execution is alive. Then: a successor
 // relayd with the same --state-dir never signals an unrelated process
-// that reused a recorded pid.
+// that reused a recorded pid. The random moments of the two mechanisms run
+// at once (their time is the wait after each kill); the reused pids one
+// after the other, as each sets the machine's ns_last_pid.
 func TestIsolationRelaydKilled(t *testing.T) {
-	eachScope(t, func(t *testing.T, mech string) {
-		t.Run("random moments", func(t *testing.T) { relaydKilledAtRandom(t, mech) })
-		t.Run("reused pid", func(t *testing.T) { reusedPidAfterDeath(t, mech) })
-	})
+	t.Run("random moments", func(t *testing.T) { eachScopeParallel(t, relaydKilledAtRandom) })
+	t.Run("reused pid", func(t *testing.T) { eachScope(t, reusedPidAfterDeath) })
 }
 
 func relaydKilledAtRandom(t *testing.T, mech string) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -79,10 +78,9 @@ func shutdownVerifyRuns(t *testing.T, rounds int, early bool) {
 // reply, the connection's close and relayd's exit status 0. It uses the
 // harness directly, not the test's helpers, so that rounds can run at once.
 func shutdownThenVerify(mech string, early bool) error {
-	env := append(testharness.CleanEnv(),
-		// The race detector sleeps a second at every exit, relayd's and each shim's.
-		"GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
-	r, err := testharness.Start(testharness.Options{Bin: relaydBin, Env: env, LogKeep: 1 << 16,
+	// CleanEnv holds the GORACE TestMain set: no second's sleep at
+	// relayd's exit.
+	r, err := testharness.Start(testharness.Options{Bin: relaydBin, Env: testharness.CleanEnv(), LogKeep: 1 << 16,
 		Args: []string{"--scope", mech, "--socket", "", "--term-grace", "500ms", "--teardown-timeout", "5s"}})
 	if err != nil {
 		return err

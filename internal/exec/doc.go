@@ -45,7 +45,9 @@
 // the shim's fork, are usage_linux.go.
 //
 // fault_on.go and fault_off.go are test seams that only a binary built
-// with the relayd_faults tag can reach.
+// with the relayd_faults tag can reach; race_on.go ends the shims of a
+// binary built with the race detector without its second's sleep at exit
+// (race_off.go: the others, with os.Exit).
 //
 // It never invokes a shell: a command is a program and its arguments (the
 // operator's --destroy-command, run with /bin/sh -c by cmd/relayd, is the

@@ -63,7 +63,7 @@ func ShimMain(catchRest func()) {
 	if !isShim() {
 		return
 	}
-	os.Exit(runShim(catchRest))
+	endShim(runShim(catchRest))
 }
 
 type shimProc struct {
