@@ -77,11 +77,18 @@ func TestMaxConnections(t *testing.T) {
 	d.stopClean()
 }
 
+// hostileTeardown is the teardown deadline of the hostile subjects'
+// relayd. Settling a bomb of about 1,000 shells in process-group mode
+// takes 1-3 s on an idle machine; on a machine loaded 10-20 deep (other
+// tests, the race detector) it was seen to outlast 8 s, and the test is of
+// settling within the deadline, not of the machine's speed.
+const hostileTeardown = 20 * time.Second
+
 // Hostile subjects: relayd survives each and reports truthfully.
 func TestHostileSubjects(t *testing.T) { eachScope(t, hostileSubjects) }
 
 func hostileSubjects(t *testing.T, mech string) {
-	d := startRelayd(t, opts{scope: mech, args: []string{"--max-stdout-bytes", "1MiB", "--teardown-timeout", "8s"}})
+	d := startRelayd(t, opts{scope: mech, args: []string{"--max-stdout-bytes", "1MiB", "--teardown-timeout", hostileTeardown.String()}})
 	c := d.connect()
 
 	t.Run("fork bomb", func(t *testing.T) {
@@ -103,8 +110,8 @@ func hostileSubjects(t *testing.T, mech string) {
 		if r["settlement"] != "settled" {
 			t.Fatalf("settlement %v; want settled", r["settlement"])
 		}
-		if took > 8*time.Second+time.Second {
-			t.Fatalf("settling the bomb took %s; teardown deadline is 8s", took)
+		if took > hostileTeardown+time.Second {
+			t.Fatalf("settling the bomb took %s; teardown deadline is %s", took, hostileTeardown)
 		}
 		c.read(5 * time.Second) // verified
 		for _, pid := range readPids(pids) {

@@ -84,13 +84,13 @@ func TestUnauthenticatedLinesCostTheirBytes(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = c.c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+			_ = c.c.SetWriteDeadline(time.Now().Add(90 * time.Second))
 			_, _ = c.c.Write(line)
 		}()
 	}
 	wg.Wait()
 	for i, c := range clients {
-		if cat := category(t, c.read(30*time.Second)); cat != "unauthenticated" {
+		if cat := category(t, c.read(90*time.Second)); cat != "unauthenticated" {
 			t.Fatalf("connection %d: %s; want unauthenticated", i, cat)
 		}
 	}

@@ -153,7 +153,7 @@ func TestStdinNonReader(t *testing.T) {
 			if err != nil {
 				t.Fatalf("streaming stdin after the end: %v; want relayd to read on and drop it", err)
 			}
-		case <-time.After(20 * time.Second):
+		case <-time.After(60 * time.Second):
 			t.Fatal("relayd did not resume reading the connection after the execution ended")
 		}
 		if r := a.request(msg{"kind": "ready"}); r["kind"] != "ready" {
