@@ -60,9 +60,18 @@ func survivorsCapped(t *testing.T, mech string) {
 	d := startRelayd(t, opts{scope: mech})
 	c := d.connect()
 	pidFile := d.pidFile("sleepers.pid") // the cleanup kills every pid in it
-	r := c.sh(`i=0; while [ $i -lt `+strconv.Itoa(n)+` ]; do sleep 600 & echo $! >> `+q(pidFile)+`; i=$((i+1)); done; exit 0`,
-		msg{"timeoutMs": 120000})
+	// 3,000 forks and execs take seconds on an idle machine and over 30 s
+	// (request's bound for a reply) on a loaded one: the reply is awaited
+	// as long as the script's own deadline, and the verify that lists them
+	// as long again.
+	c.send(msg{"kind": "execute", "command": "/bin/sh", "timeoutMs": 120000, "args": []string{"-c",
+		`i=0; while [ $i -lt ` + strconv.Itoa(n) + ` ]; do sleep 600 & echo $! >> ` + q(pidFile) + `; i=$((i+1)); done; exit 0`}})
+	r := c.read(150 * time.Second)
+	if r == nil || r["kind"] != "executed" {
+		t.Fatalf("got %v; want executed", r)
+	}
 	wantExit(t, r, "exited", 0)
+	t.Logf("the subject started %d sleepers in %v ms", n, r["durationMs"])
 	started := readPids(pidFile)
 	if len(started) != n {
 		t.Fatalf("the subject started %d sleepers; want %d", len(started), n)
@@ -85,7 +94,8 @@ func survivorsCapped(t *testing.T, mech string) {
 		}
 	}
 	check("executed", r)
-	check("verified", c.request(msg{"kind": "verify"}))
+	c.send(msg{"kind": "verify"})
+	check("verified", c.read(150*time.Second))
 	killAll(t, started)
 	d.stopClean()
 }

@@ -145,6 +145,44 @@ func TestSessionReadsAreBounded(t *testing.T) {
 	}
 }
 
+// TestSessionPtyReadAfterEnd: a pty session's shell that printed and
+// exited at once (a person's "cmd; exit") is read after its end: the
+// last bytes and "ended", not a not-found. relayctl shell reads again
+// only once a read answered; on a loaded machine the shell's exit and
+// its scope's settling came first, and the output before "exit" was lost.
+func TestSessionPtyReadAfterEnd(t *testing.T) {
+	eachScope(t, func(t *testing.T, mech string) {
+		d := startRelayd(t, opts{scope: mech})
+		cl := d.connect()
+		name := openSession(t, cl, msg{"pty": msg{"rows": 24, "cols": 80}})
+		cl.send(msg{"kind": "stdin", "session": name, "data": "echo last-$((6*7)); exit 7\r"})
+		waitFor(t, 20*time.Second, "the session to end", func() bool {
+			list, _ := cl.request(msg{"kind": "status"})["sessions"].([]any)
+			return len(list) == 0
+		})
+		var seen strings.Builder
+		var next int64
+		for i := 0; ; i++ {
+			r := cl.request(msg{"kind": "read", "session": name, "from": next, "waitMs": 2000})
+			if r["kind"] != "terminal" {
+				t.Fatalf("read %d after the end: %v; want its terminal", i, r)
+			}
+			seen.WriteString(r["data"].(string))
+			next = num(t, r, "next")
+			if r["ended"] == true {
+				break
+			}
+		}
+		if !strings.Contains(seen.String(), "last-42") {
+			t.Fatalf("the screen after the end showed %q; want last-42", seen.String())
+		}
+		// Typing into it is still a not-found: only its screen is kept.
+		if e := cl.request(msg{"kind": "stdin", "session": name, "data": "x", "id": 9}); e["kind"] != "error" {
+			t.Fatalf("stdin to an ended session: %v; want an error", e)
+		}
+	})
+}
+
 // A pty session whose terminal is busy printing when relayd stops: the
 // terminal's last bytes come after the session ended, and relayd still
 // exits 0 (they reached its ring after the end, which panicked relayd).

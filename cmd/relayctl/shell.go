@@ -58,11 +58,13 @@ func shell(ctx context.Context, c *client.Conn, o options, out printer) (int, er
 			return 0, err
 		}
 	}
-	fmt.Fprintf(out.stderr, "relayctl: session %s; %s detaches\r\n", sh.Name, o.detachKey)
+	// Raw before the banner: a key typed once it shows goes to the
+	// session as typed, not echoed and line-edited by the local terminal.
 	if err := local.makeRaw(); err != nil {
 		return 0, fmt.Errorf("cannot put the terminal in raw mode: %w", err)
 	}
 	defer local.restore()
+	fmt.Fprintf(out.stderr, "relayctl: session %s; %s detaches\r\n", sh.Name, o.detachKey)
 	winch := make(chan os.Signal, 1)
 	stop := notifyResize(winch)
 	defer stop()

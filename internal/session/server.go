@@ -134,8 +134,11 @@ type Server struct {
 
 	shells   map[string]*shell // open shell sessions by name (shell.go), under mu
 	shellSeq uint64            // the last session's number, under mu
-	swept    sync.Once         // FIFOs of killed relayds removed (fifo_linux.go)
-	runners  *runners          // the executions' goroutines (runners.go)
+	// The screens of pty sessions whose shell ended, oldest first, read
+	// on for screenLinger (shell.go, keepScreen), under mu.
+	endedScreens []endedScreen
+	swept        sync.Once // FIFOs of killed relayds removed (fifo_linux.go)
+	runners      *runners  // the executions' goroutines (runners.go)
 }
 
 // New returns a Server. It picks the first execution number so that

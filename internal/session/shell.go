@@ -308,11 +308,66 @@ func (s *Server) shellNamed(name string) *shell {
 	return sh
 }
 
-// dropShell forgets a session whose shell's execution is ending.
+// dropShell forgets a session whose shell's execution is ending. A pty
+// session's screen stays readable a while (keepScreen).
 func (s *Server) dropShell(sh *shell) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	delete(s.shells, sh.name)
-	s.mu.Unlock()
+	if sh.screen != nil && sh.running() {
+		s.keepScreen(sh.name, sh.screen)
+	}
+}
+
+// A pty session's screen is read on for screenLinger after its shell
+// ended, and the last maxEndedScreens of them are kept: a reader whose
+// next read comes after the end (relayctl shell asks again once a read
+// answered) still gets the last bytes the shell printed, and learns the
+// end from an "ended" terminal rather than a not-found. On a loaded
+// machine the shell's exit and the scope's settling took less than that
+// reader's round trip, and "exit" after a command lost its output.
+const (
+	screenLinger    = time.Minute
+	maxEndedScreens = 16
+)
+
+type endedScreen struct {
+	name   string
+	screen *screen
+	until  time.Time
+}
+
+// keepScreen keeps an ended session's screen; s.mu is held. The ring
+// is kept whole: the terminal's last bytes may still reach it (screen.go).
+func (s *Server) keepScreen(name string, r *screen) {
+	r.end()
+	s.pruneScreens(time.Now())
+	if len(s.endedScreens) >= maxEndedScreens {
+		s.endedScreens = s.endedScreens[1:]
+	}
+	s.endedScreens = append(s.endedScreens, endedScreen{name, r, time.Now().Add(screenLinger)})
+}
+
+// pruneScreens forgets the ended screens kept past their time; s.mu is held.
+func (s *Server) pruneScreens(now time.Time) {
+	i := 0
+	for i < len(s.endedScreens) && !now.Before(s.endedScreens[i].until) {
+		i++
+	}
+	s.endedScreens = s.endedScreens[i:]
+}
+
+// endedScreenNamed is the kept screen of an ended pty session, or nil.
+func (s *Server) endedScreenNamed(name string) *screen {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pruneScreens(time.Now())
+	for _, e := range s.endedScreens {
+		if e.name == name {
+			return e.screen
+		}
+	}
+	return nil
 }
 
 // readStatus reads the status channel until it closes: a message counts
@@ -880,13 +935,19 @@ func (cn *conn) readScreen(msg *protocol.Message, ignored []string) {
 		return
 	}
 	sh := cn.srv.shellNamed(rq.Session)
+	var r *screen
 	switch {
 	case sh == nil:
-		cn.refuse(msg.ID, ignored, protocol.CatNotFound, `read: no open session has that name ("session", from an opened reply)`)
-		return
+		// A session whose shell just ended: its last bytes and the end.
+		if r = cn.srv.endedScreenNamed(rq.Session); r == nil {
+			cn.refuse(msg.ID, ignored, protocol.CatNotFound, `read: no open session has that name ("session", from an opened reply)`)
+			return
+		}
 	case sh.screen == nil:
 		cn.refuse(msg.ID, ignored, protocol.CatBadRequest, `read: session `+sh.name+` has no terminal: open it with "pty" to read its screen`)
 		return
+	default:
+		r = sh.screen
 	}
 	if cn.reads.Add(1) > maxReads {
 		cn.reads.Add(-1)
@@ -894,12 +955,16 @@ func (cn *conn) readScreen(msg *protocol.Message, ignored []string) {
 		return
 	}
 	id := msg.ID
-	sh.touch()
+	if sh != nil {
+		sh.touch()
+	}
 	go func() {
 		defer cn.reads.Add(-1)
-		data, next, lost, ended := sh.screen.read(rq)
-		sh.touch() // a read that waited was use all along
-		cn.write(protocol.Terminal{Token: cn.token(), Kind: "terminal", ID: id, Session: sh.name, Data: terminalText(data),
+		data, next, lost, ended := r.read(rq)
+		if sh != nil {
+			sh.touch() // a read that waited was use all along
+		}
+		cn.write(protocol.Terminal{Token: cn.token(), Kind: "terminal", ID: id, Session: rq.Session, Data: terminalText(data),
 			Next: next, Lost: lost, Ended: ended, Ignored: ignored})
 	}()
 }
