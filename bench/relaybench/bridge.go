@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -77,34 +76,9 @@ func (b *bench) bridge() {
 		skip(err.Error())
 		return
 	}
-	fromHost := func(do func(r io.Reader) error) func() error {
-		return func() error {
-			f, err := os.Open(t.hostFile)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			return do(f)
-		}
-	}
-	out := filepath.Join(t.dir, "got.bin")
-	toHost := func(do func(w io.Writer) error) func() error {
-		return func() error {
-			o, err := os.Create(out)
-			if err != nil {
-				return err
-			}
-			bw := bufio.NewWriterSize(o, 1<<20)
-			err = do(bw)
-			if ferr := bw.Flush(); err == nil {
-				err = ferr
-			}
-			if cerr := o.Close(); err == nil {
-				err = cerr
-			}
-			return err
-		}
-	}
+	fromHost := t.fromHost
+	out := t.gotFile()
+	toHost := t.toHost
 	put := func(digest string) func() error {
 		return fromHost(func(r io.Reader) error {
 			_, err := t.conn.PutFile(ctx, "/tmp/bridge-put.bin", r, client.PutOptions{Digest: digest})

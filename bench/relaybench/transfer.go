@@ -111,16 +111,7 @@ func (b *bench) transfer() {
 	fr.against(fd)
 
 	// put: the host file into the container, three ways.
-	fromHost := func(do func(r io.Reader) error) func() error {
-		return func() error {
-			f, err := os.Open(t.hostFile)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			return do(f) // a file's size is known: PutFile sends it as one raw body
-		}
-	}
+	fromHost := t.fromHost
 	pr := step(names[2], fileBytes, fromHost(func(r io.Reader) error {
 		_, err := t.conn.PutFile(ctx, "/tmp/put-relayd.bin", r, client.PutOptions{})
 		return err
@@ -144,24 +135,8 @@ func (b *bench) transfer() {
 	if pr.Skipped != "" {
 		src = "/tmp/put-cp.bin"
 	}
-	out := filepath.Join(t.dir, "got.bin")
-	toHost := func(do func(w io.Writer) error) func() error {
-		return func() error {
-			o, err := os.Create(out)
-			if err != nil {
-				return err
-			}
-			bw := bufio.NewWriterSize(o, 1<<20)
-			err = do(bw)
-			if ferr := bw.Flush(); err == nil {
-				err = ferr
-			}
-			if cerr := o.Close(); err == nil {
-				err = cerr
-			}
-			return err
-		}
-	}
+	out := t.gotFile()
+	toHost := t.toHost
 	check := func() error { return t.checkLocal(out) }
 	gr := step(names[5], fileBytes, toHost(func(w io.Writer) error {
 		_, err := t.conn.GetFile(ctx, src, "", w)
@@ -623,6 +598,42 @@ func newTransferEnv(env *dockerEnv, stdinBytes, fileBytes int64) (*transferEnv, 
 }
 
 // source yields the same pseudo-random bytes each time it is made.
+// fromHost is a step that gives do the host's source file (its size
+// known: PutFile sends it as one raw body).
+func (t *transferEnv) fromHost(do func(r io.Reader) error) func() error {
+	return func() error {
+		f, err := os.Open(t.hostFile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return do(f)
+	}
+}
+
+// gotFile is where a step's download lands on the host.
+func (t *transferEnv) gotFile() string { return filepath.Join(t.dir, "got.bin") }
+
+// toHost is a step that gives do a buffered writer onto gotFile, flushed
+// and closed after it.
+func (t *transferEnv) toHost(do func(w io.Writer) error) func() error {
+	return func() error {
+		o, err := os.Create(t.gotFile())
+		if err != nil {
+			return err
+		}
+		bw := bufio.NewWriterSize(o, 1<<20)
+		err = do(bw)
+		if ferr := bw.Flush(); err == nil {
+			err = ferr
+		}
+		if cerr := o.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	}
+}
+
 func (t *transferEnv) source() io.Reader { return rand.NewChaCha8([32]byte{19}) }
 
 func (t *transferEnv) reset() {
