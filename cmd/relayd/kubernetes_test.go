@@ -14,10 +14,10 @@ import (
 	"time"
 )
 
-// No cluster runs here: the files of deploy/kubernetes (the kustomize bases
-// restricted/ and baseline/, as they stand and as kustomize renders one
-// trial's overlay of them, networkpolicy.yaml, inspect-values.yaml) are
-// checked by reading them. yamlSubset reads the part of YAML they use (block mappings
+// Without a cluster (make k8s-test applies them on one): the files of
+// deploy/kubernetes (the kustomize bases restricted/ and baseline/, as they
+// stand and as kustomize renders one trial's overlay of them,
+// networkpolicy.yaml, inspect-values.yaml) are checked by reading them. yamlSubset reads the part of YAML they use (block mappings
 // and sequences, flow sequences of double-quoted strings, {} and plain or
 // double-quoted scalars, # comments) without a dependency, and fails on
 // anything else, so the files cannot drift out of what is checked.
