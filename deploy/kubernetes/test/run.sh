@@ -12,6 +12,9 @@
 #                    it also writes to $STATE/test.env
 #   run.sh test [go test flags]
 #                    the tests against a cluster run.sh up made
+#
+# The tests' figures (their t.Logf lines "k8s-report: ...") are printed
+# together at the end, with the cluster's bring-up time.
 #   run.sh down      cluster.sh down
 #
 # Root; no Docker. Times on stderr.
@@ -80,8 +83,12 @@ tests() {
 	set +a
 	local t0 rc=0
 	t0=$(now)
-	(cd "$repo" && go test -tags k8s -count=1 -timeout 40m -run '^TestK8s' "$@" ./e2e/) || rc=$?
+	(cd "$repo" && go test -tags k8s -count=1 -timeout 40m -run '^TestK8s' "$@" ./e2e/) 2>&1 |
+		tee "$STATE/test/go-test.log" || rc=$?
 	log "tests in $(since "$t0") s (exit $rc)"
+	# The figures the tests measured (lines "k8s-report: ..."), together.
+	echo "== k8s-test report"
+	grep -ho 'k8s-report: .*' "$STATE/test/go-test.log" | sed 's/^k8s-report: /  /' || true
 	return "$rc"
 }
 
@@ -103,9 +110,11 @@ all)
 	trap 'exit 130' INT TERM
 	t0=$(now)
 	"$cluster" up
-	log "cluster up in $(since "$t0") s"
+	up=$(since "$t0")
+	log "cluster up in $up s"
 	images
 	tests -v
+	echo "  cluster up (build.sh's check or build included): $up s"
 	log "PASS in $(since "$t0") s"
 	;;
 *) echo "usage: run.sh [all|up|test [go test flags]|down]" >&2; exit 2 ;;
