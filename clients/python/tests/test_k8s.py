@@ -197,7 +197,8 @@ class K8sInspect(unittest.IsolatedAsyncioTestCase):
 class K8sMiniSweAgent(unittest.TestCase):
     """Actions through the mini-swe-agent environment's pod settings: the
     README's yaml block with this trial's Pod, namespace and token file
-    (and ``sh -c`` as the interpreter: the task image has no bash)."""
+    (and ``sh -c`` as the interpreter: the task image has no bash), the
+    cluster named by the setting ``kubeconfig`` instead of KUBECONFIG."""
 
     def test_actions(self) -> None:
         from minisweagent.environments import get_environment  # the stand-in
@@ -206,7 +207,11 @@ class K8sMiniSweAgent(unittest.TestCase):
         settings = readme_environment()
         cls = settings.pop("environment_class")
         self.assertIs(getattr(rm, cls.rsplit(".", 1)[1]), rm.RelaydEnvironment)
-        env = get_environment({"environment_class": cls, **on_trial(settings), "interpreter": ["sh", "-c"]})
+        kubeconfig = os.environ.pop("KUBECONFIG", "")
+        self.addCleanup(os.environ.__setitem__, "KUBECONFIG", kubeconfig)
+        self.assertTrue(kubeconfig, "KUBECONFIG names no cluster")
+        env = get_environment({"environment_class": cls, **on_trial(settings), "interpreter": ["sh", "-c"],
+                               "kubeconfig": kubeconfig})
         self.addCleanup(env.cleanup)
         out = env.execute({"command": "echo out; echo err >&2; id -u; exit 3"})
         self.assertEqual(out, {"output": "out\nerr\n1000\n", "returncode": 3, "exception_info": ""})
