@@ -665,6 +665,11 @@ class Adapter(unittest.TestCase):
                                          "context": "gke", "socket": "/run/relayd/s"}),
                          ["kubectl", "--context", "gke", "-n", "evals", "exec", "-i", "agent-0", "-c", "task", "--",
                           "/opt/relayd/relayd", "bridge", "--socket", "/run/relayd/s"])
+        # kubeconfig: the cluster's, for kubectl (else its KUBECONFIG), as context picks one of its contexts.
+        self.assertEqual(ri.bridge_argv({"pod": "agent-0", "kubeconfig": "/etc/evals/kubeconfig", "context": "gke"}),
+                         ["kubectl", "--kubeconfig", "/etc/evals/kubeconfig", "--context", "gke", "exec", "-i", "agent-0",
+                          "--", "/opt/relayd/relayd", "bridge"])
+        self.assertEqual(ri.sandbox_config({"pod": "p", "kubeconfig": "k"})["kubeconfig"], "k")
         # deploy/kubernetes's Pods have relayd at /opt/relayd/relayd, not on their PATH (issue 44);
         # relayd_path names another.
         self.assertEqual(ri.bridge_argv({"pod": "agent-0", "relayd_path": "/usr/local/bin/relayd"})[-2:],

@@ -148,6 +148,29 @@ class LocalMiniSweAgent(Behaviour, unittest.TestCase):
         env._client._proc.wait()
         self.assertEqual(env.execute({"command": "echo two"}), {"output": "two\n", "returncode": 0, "exception_info": ""})
 
+    def test_pod_settings(self) -> None:
+        # pod, namespace, kube_container, context and kubeconfig make the
+        # kubectl exec command, run by name from PATH: here a kubectl that
+        # logs its arguments and runs relayd bridge.
+        import shutil
+        import tempfile
+        d = tempfile.mkdtemp(prefix="relayd-pytest-kubectl-")
+        self.addCleanup(shutil.rmtree, d, True)
+        with open(os.path.join(d, "kubectl"), "w") as f:
+            f.write(f'#!/bin/sh\nprintf "%s\\n" "$*" >> {d}/argv.log\nexec {relayd_binary()} bridge --socket {self.d.socket}\n')
+        os.chmod(os.path.join(d, "kubectl"), 0o755)
+        old = os.environ["PATH"]
+        os.environ["PATH"] = d + os.pathsep + old
+        self.addCleanup(os.environ.__setitem__, "PATH", old)
+        env = get_environment({"environment_class": CLASS, "pod": "t42-relayd-trial", "kube_container": "task",
+                               "namespace": "evals", "context": "gke", "kubeconfig": "/etc/evals/kubeconfig",
+                               "token_file": os.path.join(self.d.dir, "token")})
+        self.addCleanup(env.cleanup)
+        self.assertEqual(env.execute({"command": "echo pod"})["output"], "pod\n")
+        with open(os.path.join(d, "argv.log")) as f:
+            self.assertEqual(f.read(), "--kubeconfig /etc/evals/kubeconfig --context gke -n evals exec -i "
+                             "t42-relayd-trial -c task -- /opt/relayd/relayd bridge\n")
+
     def test_lost_relayd(self) -> None:
         d = Relayd()
         env = get_environment({"environment_class": CLASS, "command": [relayd_binary(), "bridge", "--socket", d.socket],

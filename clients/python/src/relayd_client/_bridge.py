@@ -8,7 +8,7 @@ from typing import Any, List, Mapping
 
 #: The settings bridge_argv reads.
 FIELDS = ("container", "compose_service", "compose_project", "pod", "kube_container", "namespace", "context",
-          "command", "socket", "relayd_path")
+          "kubeconfig", "command", "socket", "relayd_path")
 
 #: Where relayd is in the Pods of deploy/kubernetes (its init container's
 #: ``relayd install /opt/relayd/relayd``): not on their PATH.
@@ -20,7 +20,9 @@ def bridge_argv(cfg: Mapping[str, Any]) -> List[str]:
     given, else docker compose, kubectl or docker exec, each running
     ``relayd bridge`` (with ``--socket`` when set) in the container:
     ``relayd_path`` when set, else ``relayd`` on the container's PATH, in
-    a Pod (``pod``) /opt/relayd/relayd, where deploy/kubernetes puts it."""
+    a Pod (``pod``) /opt/relayd/relayd, where deploy/kubernetes puts it.
+    kubectl is run by name (from PATH) with ``kubeconfig`` (else its
+    KUBECONFIG) and ``context`` when set."""
     default = KUBERNETES_RELAYD if cfg.get("pod") and not cfg.get("compose_service") else "relayd"
     bridge = [str(cfg.get("relayd_path") or default), "bridge"] + (
         ["--socket", str(cfg["socket"])] if cfg.get("socket") else [])
@@ -31,6 +33,8 @@ def bridge_argv(cfg: Mapping[str, Any]) -> List[str]:
         return ["docker", "compose", *project, "exec", "-T", str(cfg["compose_service"]), *bridge]
     if cfg.get("pod"):
         argv = ["kubectl"]
+        if cfg.get("kubeconfig"):
+            argv += ["--kubeconfig", str(cfg["kubeconfig"])]
         if cfg.get("context"):
             argv += ["--context", str(cfg["context"])]
         if cfg.get("namespace"):

@@ -75,8 +75,8 @@ from .errors import BadRequestError, ConnectionLostError, NotFoundError, ReplyTi
 from .results import FRAMEWORK_TIMEOUT, Changes, Executed, Output, Verified
 
 _FIELDS = ("container", "compose_service", "compose_project", "pod", "kube_container", "namespace",
-           "context", "command", "socket", "relayd_path", "token", "token_file", "user", "cwd", "max_connections",
-           "mark")
+           "context", "kubeconfig", "command", "socket", "relayd_path", "token", "token_file", "user", "cwd",
+           "max_connections", "mark")
 
 T = TypeVar("T")
 

@@ -89,6 +89,9 @@ class RelaydEnvironmentConfig:
     kube_container: Optional[str] = None
     namespace: Optional[str] = None
     context: Optional[str] = None
+    """With ``pod``: the kubeconfig context kubectl uses."""
+    kubeconfig: Optional[str] = None
+    """With ``pod``: kubectl's kubeconfig file (default: its KUBECONFIG)."""
     command: Optional[List[str]] = None
     """A command whose stdin and stdout reach relayd (e.g. ``relayd bridge`` through an exec channel)."""
     socket: Optional[str] = None
