@@ -12,11 +12,10 @@
 #                    it also writes to $STATE/test.env
 #   run.sh test [go test flags]
 #                    the tests against a cluster run.sh up made
+#   run.sh down      cluster.sh down
 #
 # The tests' figures (their t.Logf lines "k8s-report: ...") are printed
 # together at the end, with the cluster's bring-up time.
-#   run.sh down      cluster.sh down
-#
 # Root; no Docker. Times on stderr.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
