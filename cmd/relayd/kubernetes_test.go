@@ -383,10 +383,15 @@ func under(p, dir string) bool {
 // The capabilities each manifest adds back after dropping ALL, as its
 // comments and docs/deploy.md say: none for relayd as a non-root user;
 // for relayd as root with --subject-user, SETUID and SETGID to start
-// subjects as that user and KILL to signal them.
+// subjects as that user and KILL to signal them; and in the baseline Pod
+// DAC_OVERRIDE, CHOWN and FOWNER besides, for marks (protocol 4.9) of
+// the subject's files: reading them to mark them, writing them back
+// with their owner, mode and times to restore them (e2e's
+// TestK8sTrialExec on a cluster).
 var (
 	capsNonRoot     = []string{}
 	capsSubjectUser = []string{"KILL", "SETGID", "SETUID"}
+	capsMarks       = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"}
 )
 
 // checkSecurity checks container c's effective securityContext (its own
@@ -689,9 +694,9 @@ func checkPod(t *testing.T, pod any, restricted bool, secret, connect string) {
 		}
 	} else {
 		// relayd is root with exactly the capabilities --subject-user
-		// needs; subjects are another, non-root user; the Secret is root's
-		// alone.
-		checkSecurity(t, podSC, task, capsSubjectUser, false)
+		// and marks need; subjects are another, non-root user; the
+		// Secret is root's alone.
+		checkSecurity(t, podSC, task, capsMarks, false)
 		if u := optStr(t, optField(task, "securityContext"), "runAsUser"); u != "0" {
 			t.Errorf("the task container's runAsUser %q; want 0 (relayd as root, for --subject-user)", u)
 		}
@@ -885,7 +890,8 @@ func TestKubernetesInspectValues(t *testing.T) {
 // capabilities and protocols. Any other (NAMESPACE, TASK_IMAGE) is a
 // placeholder someone must edit by hand before applying, which the bases
 // leave to the overlay.
-var placeholderWords = map[string]bool{"ALL": true, "SETUID": true, "SETGID": true, "KILL": true, "TCP": true, "UDP": true}
+var placeholderWords = map[string]bool{"ALL": true, "SETUID": true, "SETGID": true, "KILL": true,
+	"DAC_OVERRIDE": true, "CHOWN": true, "FOWNER": true, "TCP": true, "UDP": true}
 
 var placeholder = regexp.MustCompile(`^[A-Z][A-Z0-9_]*(-|$)`)
 
