@@ -16,6 +16,7 @@
 #
 # The tests' figures (their t.Logf lines "k8s-report: ...") are printed
 # together at the end, with the cluster's bring-up time.
+#
 # Root; no Docker. Times on stderr.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
