@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"sort"
 	"strconv"
@@ -820,6 +821,48 @@ func TestKubernetesNetworkPolicy(t *testing.T) {
 	}
 }
 
+// agent-sandbox/: relayd's SandboxTemplate runs baseline/pod.yaml's Pod,
+// field for field, with its label, and networkpolicy.yaml's rules; the
+// warm pool uses the template. make k8s-test applies them on a cluster
+// (e2e/k8s_sandbox_test.go).
+func TestKubernetesAgentSandbox(t *testing.T) {
+	tpl := loadYAML(t, "agent-sandbox/sandboxtemplate.yaml")
+	if str(t, tpl, "apiVersion") != "extensions.agents.x-k8s.io/v1beta1" || str(t, tpl, "kind") != "SandboxTemplate" {
+		t.Fatalf("want apiVersion extensions.agents.x-k8s.io/v1beta1, kind SandboxTemplate")
+	}
+	pod := loadYAML(t, "baseline/pod.yaml")
+	spec := field(t, tpl, "spec")
+	if got, want := field(t, spec, "podTemplate", "spec"), field(t, pod, "spec"); !reflect.DeepEqual(got, want) {
+		g, _ := json.MarshalIndent(got, "", " ")
+		w, _ := json.MarshalIndent(want, "", " ")
+		t.Errorf("the template's podTemplate.spec is not baseline/pod.yaml's spec:\n%s\nwant:\n%s", g, w)
+	}
+	if got, want := field(t, spec, "podTemplate", "metadata", "labels"), field(t, pod, "metadata", "labels"); !reflect.DeepEqual(got, want) {
+		t.Errorf("the template's Pod labels %v; want baseline/pod.yaml's %v (networkpolicy.yaml selects them)", got, want)
+	}
+	np := field(t, loadYAML(t, "networkpolicy.yaml"), "spec")
+	for _, dir := range []string{"ingress", "egress"} {
+		if got, want := field(t, spec, "networkPolicy", dir), field(t, np, dir); !reflect.DeepEqual(got, want) {
+			t.Errorf("the template's networkPolicy.%s %v; want networkpolicy.yaml's %v", dir, got, want)
+		}
+	}
+	if str(t, spec, "networkPolicyManagement") != "Managed" {
+		t.Errorf("networkPolicyManagement %q; want Managed (the rules above applied)", str(t, spec, "networkPolicyManagement"))
+	}
+	pool := loadYAML(t, "agent-sandbox/warmpool.yaml")
+	if str(t, pool, "kind") != "SandboxWarmPool" || str(t, pool, "spec", "sandboxTemplateRef", "name") != str(t, tpl, "metadata", "name") {
+		t.Errorf("warmpool.yaml: want a SandboxWarmPool of the template %q", str(t, tpl, "metadata", "name"))
+	}
+	for _, f := range []any{tpl, pool} {
+		if has(field(t, f, "metadata"), "namespace") {
+			t.Errorf("%s names a namespace; the overlay's namespace: (or kubectl apply -n) sets it", str(t, f, "kind"))
+		}
+	}
+	if got := strs(t, loadYAML(t, "agent-sandbox/kustomization.yaml"), "resources"); strings.Join(got, " ") != "sandboxtemplate.yaml warmpool.yaml" {
+		t.Errorf("kustomization.yaml resources %v", got)
+	}
+}
+
 // agentEnvServiceKeys are the keys of a service in inspect's agent-env
 // chart 0.14.0 (values.yaml); the chart ignores any other.
 var agentEnvServiceKeys = map[string]bool{
@@ -913,7 +956,8 @@ func TestKubernetesNoPlaceholders(t *testing.T) {
 			}
 		}
 	}
-	for _, f := range []string{"restricted/pod.yaml", "baseline/pod.yaml", "restricted/kustomization.yaml", "baseline/kustomization.yaml", "networkpolicy.yaml", "inspect-values.yaml", "dial-in/kustomization.yaml", "dial-in/service.yaml"} {
+	for _, f := range []string{"restricted/pod.yaml", "baseline/pod.yaml", "restricted/kustomization.yaml", "baseline/kustomization.yaml", "networkpolicy.yaml", "inspect-values.yaml", "dial-in/kustomization.yaml", "dial-in/service.yaml",
+		"agent-sandbox/sandboxtemplate.yaml", "agent-sandbox/warmpool.yaml", "agent-sandbox/kustomization.yaml"} {
 		walk(f, loadYAML(t, f))
 	}
 }

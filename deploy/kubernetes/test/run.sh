@@ -34,10 +34,11 @@ since() { awk "BEGIN {printf \"%.1f\", $(now) - $1}"; }
 # images: relayd's init image as make k8s-image makes it (relayd at /relayd,
 # FROM nothing) from make build's binary, and a task image of busybox
 # (static, Debian's busybox-static) with user 1000 and /app, 1000's; both
-# loaded into the cluster's containerd; the tests' variables in
+# loaded into the cluster's containerd; agent-sandbox's controller and
+# CRDs (agent-sandbox.sh, cached in CACHE); the tests' variables in
 # $STATE/test.env.
 images() {
-	local t1 tag work ctx init task
+	local t1 tag work ctx init task sandbox
 	t1=$(now)
 	tag=k8s-test-$(date +%s)
 	init=relayd.local/relayd-init:$tag
@@ -61,6 +62,7 @@ images() {
 		"$CACHE/root/usr/bin/ctr" --address "$STATE/containerd/containerd.sock" -n k8s.io images import "$work/$i.tar" >/dev/null
 	done
 	rm -rf "$work"
+	sandbox=$("$here/agent-sandbox.sh")
 	cat >"$STATE/test.env" <<EOF
 KUBECONFIG=$STATE/admin.kubeconfig
 RELAYD_K8S_KUBECTL=$CACHE/bin/kubectl
@@ -70,6 +72,7 @@ RELAYD_K8S_INIT_IMAGE=$init
 RELAYD_K8S_TASK_IMAGE=$task
 RELAYD_K8S_BUSYBOX=$CACHE/root/bin/busybox
 RELAYD_K8S_RELAYD=$STATE/test/relayd
+RELAYD_K8S_AGENT_SANDBOX=$sandbox
 EOF
 	log "images made and loaded in $(since "$t1") s"
 }
