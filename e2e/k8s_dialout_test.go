@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -515,6 +516,9 @@ func TestK8sDialOutFleet(t *testing.T) {
 	for i, tr := range trials {
 		overlays[i] = dialOutOverlay(t, k, dir, ns, "baseline", c.Connect, tr)
 	}
+	// The cluster may be shared (other tests' Pods): wait until the node
+	// has room for the whole fleet, so that "at once" is the fleet's own.
+	waitRoom(t, k, n*fleetPodCPU+100, 5*time.Minute)
 	began := applyOverlays(t, k, dir, fleetRequests, overlays...)
 	t.Logf("k8s-report: fleet: kubectl apply of %d trials took %.1f s", n, time.Since(began).Seconds())
 
@@ -573,6 +577,42 @@ func TestK8sDialOutFleet(t *testing.T) {
 	}
 	if out := strings.TrimSpace(k.must(t, "get", "pods,secrets", "-n", ns, "-o", "name")); out != "" {
 		t.Errorf("left after delete -k: %s", out)
+	}
+}
+
+// fleetPodCPU is what a fleet's Pod requests, in millicores: its task
+// container's 10m (fleetRequests), and its init container's (the bases').
+const fleetPodCPU = 10
+
+// waitRoom waits until the node's unrequested CPU is at least millis, at
+// most timeout.
+func waitRoom(t *testing.T, k *k8sEnv, millis int, timeout time.Duration) {
+	t.Helper()
+	re := regexp.MustCompile(`(?m)^\s+cpu\s+(\d+)(m?)\s+\(`)
+	alloc := strings.TrimSpace(k.must(t, "get", "nodes", "-o", "jsonpath={.items[0].status.allocatable.cpu}"))
+	var cores int
+	if _, err := fmt.Sscan(alloc, &cores); err != nil {
+		t.Fatalf("the node's allocatable cpu %q: %v", alloc, err)
+	}
+	end := time.Now().Add(timeout)
+	for {
+		out := k.must(t, "describe", "nodes")
+		m := re.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("no cpu requests in kubectl describe nodes:\n%s", out)
+		}
+		var used int
+		fmt.Sscan(m[1], &used)
+		if m[2] == "" {
+			used *= 1000
+		}
+		if cores*1000-used >= millis {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the node's CPU requests (%dm of %d cores) leave no room for %dm after %v: other tests' Pods?", used, cores, millis, timeout)
+		}
+		time.Sleep(2 * time.Second)
 	}
 }
 
