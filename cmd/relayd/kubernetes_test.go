@@ -1023,6 +1023,10 @@ const (
 	maxTrialCPU    = "100m"
 	maxTrialMemory = "256Mi"
 	maxTrialDisk   = "256Mi"
+	// An init container's: the fleet of e2e/k8s_dialout_test.go gives
+	// the task container 10m and 64Mi.
+	maxInitCPU    = "10m"
+	maxInitMemory = "32Mi"
 )
 
 // checkResources checks that every container requests cpu and memory no
@@ -1055,6 +1059,20 @@ func checkResources(t *testing.T, inits, containers []any) {
 		for _, r := range []string{"cpu", "memory", "ephemeral-storage"} {
 			if optStr(t, optField(optField(c, "resources"), "requests"), r) == "" {
 				t.Errorf("container %s requests no %s (a request defaults to the limit: one trial per node)", str(t, c, "name"), r)
+			}
+		}
+	}
+	// An init container's unset request is its limit, and the Pod's
+	// request is at least its init containers' largest: the init
+	// container must ask for little itself, or an overlay that lowers the
+	// task container's requests (a fleet of idle trials) lowers nothing.
+	for _, c := range inits {
+		for r, most := range map[string]string{"cpu": maxInitCPU, "memory": maxInitMemory} {
+			v := optStr(t, optField(optField(c, "resources"), "requests"), r)
+			if v == "" {
+				t.Errorf("init container %s requests no %s: it defaults to the limit, and the Pod requests at least that", str(t, c, "name"), r)
+			} else if quantity(t, v) > quantity(t, most) {
+				t.Errorf("init container %s requests %s of %s; want at most %s, below what an overlay may give the task container", str(t, c, "name"), v, r, most)
 			}
 		}
 	}
