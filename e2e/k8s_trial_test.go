@@ -418,9 +418,9 @@ func percentiles(ds []time.Duration) (p50, p99 time.Duration) {
 // TestK8sSpeed: the rows of issue 44's report, not asserted: a dial-in
 // baseline Pod's apply to Ready, and the round trip of an execute of
 // true through the kubectl exec bridge (one connection) and through the
-// Service, against a new kubectl exec -- true each time.
+// Service, against a new kubectl exec -- true each time. Not parallel:
+// the node runs nothing else meanwhile.
 func TestK8sSpeed(t *testing.T) {
-	t.Parallel()
 	k := k8s(t)
 	const n = 50
 	ns := k.namespace(t, "baseline")
