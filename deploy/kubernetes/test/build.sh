@@ -92,7 +92,11 @@ debs="etcd-server containerd runc containernetworking-plugins busybox-static"
 unpacked="$CACHE/root/.unpacked-$(echo $debs | tr ' ' +)"
 if [ ! -f "$unpacked" ]; then
 	log "apt-get download $debs"
-	(cd "$CACHE/debs" && rm -f ./*.deb && apt-get download $debs >&2)
+	# A machine whose package lists are missing or stale (a fresh one)
+	# downloads nothing: update them once and try again.
+	# shellcheck disable=SC2086
+	(cd "$CACHE/debs" && rm -f ./*.deb && { apt-get download $debs >&2 ||
+		{ log "apt-get update, then again" && apt-get update -qq >&2 && apt-get download $debs >&2; }; })
 	rm -rf "$CACHE/root" && mkdir -p "$CACHE/root"
 	for d in "$CACHE"/debs/*.deb; do dpkg -x "$d" "$CACHE/root"; done
 	touch "$unpacked"
