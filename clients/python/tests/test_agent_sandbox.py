@@ -140,7 +140,7 @@ class Connect(unittest.TestCase):
         with self.sb.connect(self.d.token, via="exec", kubectl=[kubectl, "--context", "c"]) as c:
             self.assertEqual(c.execute("sh", ["-c", "echo hi"]).stdout, "hi\n")
         with open(argv_file) as f:
-            self.assertEqual(f.read().split("\n")[:-1], ["--context", "c", "exec", "-i", "-n", "ns", "sb-1", "-c", "task",
+            self.assertEqual(f.read().split("\n")[:-1], ["--context", "c", "-n", "ns", "exec", "-i", "sb-1", "-c", "task",
                                                          "--", "/opt/relayd/relayd", "bridge"])
 
     def test_bad_via(self) -> None:

@@ -34,6 +34,7 @@ import time
 from types import TracebackType
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Type, Union
 
+from ._bridge import KUBERNETES_RELAYD, bridge_argv
 from .client import Client
 from .errors import RelaydError
 
@@ -44,8 +45,9 @@ VERSION = "v1beta1"
 PLURAL = "sandboxclaims"
 #: The port relayd listens on in deploy/kubernetes/agent-sandbox's template.
 PORT = 7700
-#: Where relayd is in the template's task container, and that container.
-RELAYD_PATH = "/opt/relayd/relayd"
+#: Where relayd is in the template's task container (as in every Pod of
+#: deploy/kubernetes), and that container.
+RELAYD_PATH = KUBERNETES_RELAYD
 CONTAINER = "task"
 
 
@@ -153,9 +155,10 @@ class Sandbox:
         ``["kubectl", "--context", "c"]``) with relayd's bridge. Other
         keyword arguments go to Client (or Client.over_command)."""
         if via == "exec":
-            argv = [kubectl] if isinstance(kubectl, str) else list(kubectl)
-            argv += ["exec", "-i", "-n", self.namespace, self.name, "-c", CONTAINER, "--", RELAYD_PATH, "bridge"]
-            return Client.over_command(argv, token, **client_args)
+            # The adapters' own kubectl exec command line, with this kubectl.
+            argv = bridge_argv({"pod": self.name, "kube_container": CONTAINER, "namespace": self.namespace})
+            prefix = [kubectl] if isinstance(kubectl, str) else list(kubectl)
+            return Client.over_command(prefix + argv[1:], token, **client_args)
         if via == "ip":
             if not self.pod_ips:
                 raise SandboxClaimError(f"sandbox {self.namespace}/{self.name} has no Pod IP")
