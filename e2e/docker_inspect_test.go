@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -40,20 +39,4 @@ func TestDockerInspectAdapter(t *testing.T) {
 		t.Fatalf("test_inspect.DockerSelfCheck did not run every test:\n%s", tail(string(out), 8000))
 	}
 	t.Logf("%s", tail(string(out), 600))
-}
-
-// systemPython is the interpreter the Python client's tests run with
-// (make pytest): /usr/bin/python3, where .ci/run installs the Debian
-// packages they need (python3-anyio, python3-trio), whatever python3 comes
-// first on PATH; else that one.
-func systemPython(t *testing.T) string {
-	t.Helper()
-	if fi, err := os.Stat("/usr/bin/python3"); err == nil && fi.Mode()&0o111 != 0 {
-		return "/usr/bin/python3"
-	}
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("no python3")
-	}
-	return python
 }

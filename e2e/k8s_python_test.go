@@ -31,7 +31,7 @@ func TestK8sPythonMiniSweAgent(t *testing.T) { k8sPythonTrial(t, "K8sMiniSweAgen
 // found by name on PATH, as the adapters run it.
 func k8sPythonTrial(t *testing.T, class string) {
 	k := k8s(t)
-	python := k8sSystemPython(t)
+	python := systemPython(t)
 	ns := k.namespace(t, "baseline")
 	tr := k.trial(t, ns, "baseline", "exec", "")
 	t.Logf("k8s-report: %s: trial Pod Ready in %v", class, k.ready(t, tr).Round(time.Millisecond))
@@ -66,19 +66,4 @@ func k8sPythonTrial(t *testing.T, class string) {
 	}
 	t.Logf("k8s-report: %s: its Python tests took %v", class, time.Since(start).Round(time.Millisecond))
 	t.Logf("%s", tail(string(out), 600))
-}
-
-// k8sSystemPython is systemPython (docker_inspect_test.go, build tag
-// docker): /usr/bin/python3, where .ci/run installs python3-anyio, else
-// python3 on PATH.
-func k8sSystemPython(t *testing.T) string {
-	t.Helper()
-	if fi, err := os.Stat("/usr/bin/python3"); err == nil && fi.Mode()&0o111 != 0 {
-		return "/usr/bin/python3"
-	}
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		t.Fatal("no python3: the k8s tests run the Python client's")
-	}
-	return python
 }
