@@ -145,7 +145,7 @@ func (k *k8sEnv) controller(t *testing.T, trials []ctlTrial) *ctl {
 		out, _ := k.run(30*time.Second, "describe", "pod", "-n", ctlNamespace, "relayd-controller")
 		t.Fatalf("the controller: %v\n%s", err, out)
 	}
-	return &ctl{k: k, Connect: k.serviceIP(t, ctlNamespace, "relayd-controller") + ":7700"}
+	return &ctl{k: k, Connect: k.ip(t, "service", ctlNamespace, "relayd-controller") + ":7700"}
 }
 
 // controllerYAML is the controller's Pod and Service; it meets Pod

@@ -213,12 +213,17 @@ func (k *k8sEnv) bridge(t testing.TB, tr k8sTrial) *relayd.Conn {
 	return c
 }
 
-// serviceIP is a Service's cluster IP.
-func (k *k8sEnv) serviceIP(t testing.TB, ns, name string) string {
+// ip is the address of a Service (its cluster IP) or of a Pod (which the
+// node reaches through the CNI bridge); kind is "service" or "pod".
+func (k *k8sEnv) ip(t testing.TB, kind, ns, name string) string {
 	t.Helper()
-	ip := strings.TrimSpace(k.must(t, "get", "service", "-n", ns, name, "-o", "jsonpath={.spec.clusterIP}"))
+	path := map[string]string{"service": "{.spec.clusterIP}", "pod": "{.status.podIP}"}[kind]
+	if path == "" {
+		t.Fatalf("k8sEnv.ip: kind %q: want service or pod", kind)
+	}
+	ip := strings.TrimSpace(k.must(t, "get", kind, "-n", ns, name, "-o", "jsonpath="+path))
 	if ip == "" {
-		t.Fatalf("service %s/%s has no cluster IP", ns, name)
+		t.Fatalf("%s %s/%s has no IP", kind, ns, name)
 	}
 	return ip
 }

@@ -215,23 +215,13 @@ func TestK8sTrialExec(t *testing.T) {
 	}
 }
 
-// podIP is a Pod's IP, which the node reaches through the CNI bridge.
-func (k *k8sEnv) podIP(t testing.TB, ns, pod string) string {
-	t.Helper()
-	ip := strings.TrimSpace(k.must(t, "get", "pod", "-n", ns, pod, "-o", "jsonpath={.status.podIP}"))
-	if ip == "" {
-		t.Fatalf("pod %s/%s has no IP", ns, pod)
-	}
-	return ip
-}
-
 // dialService dials a dial-in trial's Service from the node. A Ready Pod
 // is in the Service's endpoints only once the endpoints controller and
 // kube-proxy caught up, until when the cluster IP refuses: that is
 // retried for a minute, and how long it took is logged.
 func (k *k8sEnv) dialService(t testing.TB, tr k8sTrial) *relayd.Conn {
 	t.Helper()
-	addr := net.JoinHostPort(k.serviceIP(t, tr.NS, tr.Name+"-relayd"), "7700")
+	addr := net.JoinHostPort(k.ip(t, "service", tr.NS, tr.Name+"-relayd"), "7700")
 	start := time.Now()
 	var first error
 	for tries := 1; ; tries++ {
@@ -266,7 +256,7 @@ func TestK8sTrialDialIn(t *testing.T) {
 			ns := k.namespace(t, level)
 			tr := k.trial(t, ns, level, "dial-in", "")
 			k.ready(t, tr)
-			addr := net.JoinHostPort(k.podIP(t, ns, tr.Pod()), "7700")
+			addr := net.JoinHostPort(k.ip(t, "pod", ns, tr.Pod()), "7700")
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			first, err := relayd.Dial(ctx, addr, tr.Token)
 			cancel()
